@@ -1,0 +1,1 @@
+"""tokensweep.flows"""
