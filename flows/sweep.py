@@ -18,7 +18,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..pipeline.execute import pending_partitions, run_partition
 from ..pipeline.plan import Plan
-from ..pipeline.report import write_report
 from ..pipeline.spec import parse_sweep
 from ..pipeline.store import open_cube, prepare_store
 
@@ -38,6 +37,8 @@ def partition_task(spec: dict, store: str, index: int, label: str) -> dict:
 
 @task(name="report", cache_policy=NONE)
 def report_task(store: str) -> dict:
+    from ..pipeline.report import write_report
+
     with open_cube(store) as ds:
         paths = write_report(ds, report_dir(store))
     return {k: str(v) for k, v in paths.items()}

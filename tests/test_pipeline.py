@@ -1,0 +1,123 @@
+"""Planner, seeds and store: the cube does not depend on how it was computed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from tokensweep.pipeline.execute import pending_partitions, run_partition, simulate_partition
+from tokensweep.pipeline.plan import Plan
+from tokensweep.pipeline.seeds import trajectory_rngs
+from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.store import DONE, FAILED, PENDING, prepare_store, read_status, write_outputs
+
+OUTPUT_VARS = ["overlap_min", "overlap_max", "cluster_class", "n_clusters", "t_hit", "nonfinite"]
+
+
+def run_all_sync(sweep, store, order=None):
+    prepare_store(sweep, store)
+    for i in order if order is not None else pending_partitions(sweep, store):
+        run_partition(sweep, store, i)
+
+
+def load(store):
+    with xr.open_zarr(store, consolidated=False) as ds:
+        cube = ds[OUTPUT_VARS].load()
+    cube.attrs = {}  # creation times and hosts differ between stores; the numbers must not
+    return cube
+
+
+def test_plan_covers_every_trajectory_of_every_cell_once(tiny_spec):
+    sweep = parse_sweep(tiny_spec)
+    plan = Plan(sweep)
+    seen = np.zeros((*plan.grid_shape, sweep.trajectories), dtype=int)
+    for part in plan:
+        seen[part.cell + (slice(part.traj_start, part.traj_stop),)] += 1
+        assert plan.index_of(part.cell, part.block) == part.index
+    assert (seen == 1).all()
+
+
+def test_streams_depend_on_cell_values_and_trajectory_only():
+    a = trajectory_rngs(3, {"beta": 1.0, "d": 4, "n": 2}, [5])[0].standard_normal(4)
+    b = trajectory_rngs(3, {"beta": 1.0, "d": 4, "n": 2}, [0, 1, 2, 3, 4, 5])[5].standard_normal(4)
+    c = trajectory_rngs(3, {"beta": 1.5, "d": 4, "n": 2}, [5])[0].standard_normal(4)
+    d = trajectory_rngs(4, {"beta": 1.0, "d": 4, "n": 2}, [5])[0].standard_normal(4)
+    assert (a == b).all()
+    assert not np.isclose(a, c).any() and not np.isclose(a, d).any()
+
+
+def test_store_layout_chunks_and_metadata(tiny_spec, tmp_path):
+    sweep = parse_sweep(tiny_spec)
+    store = tmp_path / "c.zarr"
+    assert prepare_store(sweep, store) == "created"
+    with xr.open_zarr(store, consolidated=False) as ds:
+        assert ds.cluster_class.dims == ("beta", "d", "n", "t", "traj")
+        assert ds.t_hit.dims == ("beta", "d", "n", "traj")
+        assert ds.cluster_class.encoding["chunks"] == (1, 1, 1, 4, 5)
+        assert ds.cluster_class.attrs["flag_meanings"] == "unresolved single_cluster antipodal"
+        for name in OUTPUT_VARS:
+            assert ds[name].attrs["long_name"] and "units" in ds[name].attrs
+        assert (ds.status.values == PENDING).all() and ds.status.shape == (2, 2, 1, 3)
+        assert ds.attrs["model"] == "stochastic_transformer" and "numba" in ds.attrs["software_versions"]
+        np.testing.assert_allclose(ds.t.values, [0.5, 1.0, 1.5, 2.0])
+    assert prepare_store(sweep, store) == "resumed"
+
+
+def test_status_is_written_last_and_decides_completion(tiny_spec, tmp_path):
+    """A partition whose outputs landed but whose status did not (killed in between) is rerun."""
+    sweep = parse_sweep(tiny_spec)
+    store = tmp_path / "s.zarr"
+    prepare_store(sweep, store)
+    plan = Plan(sweep)
+    write_outputs(store, plan, plan[0], simulate_partition(sweep, plan[0]))  # killed before status
+    assert read_status(store)[0] == PENDING
+    assert 0 in pending_partitions(sweep, store)
+    result = run_partition(sweep, store, 0)
+    assert not result.skipped and read_status(store)[0] == DONE
+    assert run_partition(sweep, store, 0).skipped
+
+
+def test_failed_partition_is_marked_and_rerun_identically(tiny_spec, tmp_path, monkeypatch):
+    sweep = parse_sweep(tiny_spec)
+    store = tmp_path / "f.zarr"
+    prepare_store(sweep, store)
+    monkeypatch.setenv("TOKENSWEEP_FAIL_PARTITIONS", "2")
+    with pytest.raises(RuntimeError, match="injected failure in partition 2"):
+        run_partition(sweep, store, 2)
+    assert read_status(store)[2] == FAILED
+    monkeypatch.delenv("TOKENSWEEP_FAIL_PARTITIONS")
+    run_all_sync(sweep, store)
+    reference = tmp_path / "r.zarr"
+    run_all_sync(sweep, reference)
+    xr.testing.assert_identical(load(store), load(reference))
+
+
+def test_cube_is_identical_across_partitionings_orders_and_workers(tiny_spec, tmp_path, dask_client):
+    """Partition sizes 5 (serial, reversed order) and 12 (two Dask worker processes)."""
+    small = parse_sweep(tiny_spec)
+    serial = tmp_path / "serial.zarr"
+    run_all_sync(small, serial, order=list(reversed(range(len(Plan(small))))))
+
+    big = parse_sweep({**tiny_spec, "partition_traj": 12})
+    distributed = tmp_path / "distributed.zarr"
+    prepare_store(big, distributed)
+    futures = dask_client.map(run_partition, [big] * len(Plan(big)), [str(distributed)] * len(Plan(big)),
+                              range(len(Plan(big))), pure=False)
+    results = dask_client.gather(futures)
+    assert not any(r.skipped for r in results)
+    assert len({f.key for f in futures}) == len(futures)
+    a, b = load(serial), load(distributed)
+    xr.testing.assert_identical(a, b)
+    assert (a.cluster_class.isel(t=-1) > 0).any()  # something actually clustered
+
+
+def test_refinement_keeps_existing_cells(tiny_spec, tmp_path):
+    """A cell has the same trajectories whatever other cells the grid holds."""
+    coarse = parse_sweep({**tiny_spec, "grid": {"beta": 2.0, "d": 4, "n": 2}})
+    fine = parse_sweep(tiny_spec)
+    run_all_sync(coarse, tmp_path / "coarse.zarr")
+    run_all_sync(fine, tmp_path / "fine.zarr")
+    a = load(tmp_path / "coarse.zarr").sel(beta=2.0, d=4)
+    b = load(tmp_path / "fine.zarr").sel(beta=2.0, d=4)
+    xr.testing.assert_identical(a, b)
