@@ -48,7 +48,30 @@ def resolve_run(spec_path: str, store: Optional[str], partition_traj: Optional[i
         diff = spec_differences(old, sweep)
         if diff:
             raise StoreError(f"{path} holds a different spec ({'; '.join(diff)}): {NEW_STORE_HINT}")
+    _refuse_if_locked(path)
     return sweep
+
+
+def _refuse_if_locked(store: Path) -> None:
+    from ..pipeline.lock import read_lock, store_lock
+
+    if read_lock(store) is not None:
+        with store_lock(store):  # raises StoreError naming the owner (and staleness)
+            pass
+
+
+def _execute(sweep, **options) -> None:
+    from .run import run_sweep
+
+    try:
+        summary = run_sweep(sweep.model_dump(mode="json"), sweep.store, **options)
+    except (SpecError, StoreError) as err:
+        _fail(str(err))
+    except RuntimeError as err:
+        _fail(str(err), code=1)
+    typer.echo(f"computed {summary['computed']} of {summary['partitions']} partitions into {summary['store']}")
+    for name, path in summary.get("report", {}).items():
+        typer.echo(f"{name}: {path}")
 
 
 @app.command()
@@ -66,18 +89,34 @@ def run(
         sweep = resolve_run(spec, store, partition_traj)
     except (SpecError, StoreError) as err:
         _fail(str(err))
-    from .run import run_sweep
+    _execute(sweep, workers=workers, scheduler=scheduler, scheduler_file=scheduler_file,
+             progress=progress)
 
+
+@app.command()
+def rerun(
+    store: str = StoreArg,
+    failed_only: bool = typer.Option(False, "--failed-only", help="only partitions marked failed"),
+    workers: Optional[int] = typer.Option(None, min=1, help="local Dask worker processes [default: cores]"),
+    scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler"),
+    progress: bool = typer.Option(True, help="show a progress bar over partitions"),
+):
+    """Redo the partitions of STORE that are not done (or only the failed ones), with its own spec."""
     try:
-        summary = run_sweep(sweep.model_dump(mode="json"), sweep.store, workers=workers,
-                            scheduler=scheduler, scheduler_file=scheduler_file, progress=progress)
-    except (SpecError, StoreError) as err:
+        sweep = stored_sweep(store).model_copy(update={"store": store})
+        _refuse_if_locked(Path(store))
+    except StoreError as err:
         _fail(str(err))
-    except RuntimeError as err:
-        _fail(str(err), code=1)
-    typer.echo(f"computed {summary['computed']} of {summary['partitions']} partitions into {summary['store']}")
-    for name, path in summary.get("report", {}).items():
-        typer.echo(f"{name}: {path}")
+    _execute(sweep, workers=workers, scheduler=scheduler, failed_only=failed_only, progress=progress)
+
+
+@app.command()
+def unlock(store: str = StoreArg):
+    """Break the lock of STORE left by a sweep that died (check that none is running first)."""
+    from ..pipeline.lock import break_lock
+
+    held = break_lock(store)
+    typer.echo(f"broke the lock held by {held}" if held else f"{store} was not locked")
 
 
 @app.command()

@@ -37,7 +37,8 @@ def task_runner(workers: int | None = None, scheduler: str | None = None,
 
 
 def run_sweep(spec: dict, store: str, *, workers: int | None = None, scheduler: str | None = None,
-              scheduler_file: str | None = None, progress: bool = True) -> dict:
+              scheduler_file: str | None = None, failed_only: bool = False,
+              progress: bool = True) -> dict:
     """Run the sweep flow against one Prefect server (started here if none is configured)."""
     api_url = ensure_server()
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
@@ -47,4 +48,5 @@ def run_sweep(spec: dict, store: str, *, workers: int | None = None, scheduler: 
 
     runner = task_runner(workers, scheduler, scheduler_file)
     with temporary_settings(updates={PREFECT_API_URL: api_url}):
-        return sweep_flow.with_options(task_runner=runner)(spec=spec, store=store, progress=progress)
+        return sweep_flow.with_options(task_runner=runner)(
+            spec=spec, store=store, failed_only=failed_only, progress=progress)

@@ -17,9 +17,10 @@ from prefect.futures import as_completed
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..pipeline.execute import pending_partitions, run_partition
+from ..pipeline.lock import store_lock
 from ..pipeline.plan import Plan
 from ..pipeline.spec import parse_sweep
-from ..pipeline.store import open_cube, prepare_store
+from ..pipeline.store import FAILED, open_cube, prepare_store, read_status
 
 PARTITION_RETRIES = 2
 
@@ -49,27 +50,20 @@ def report_dir(store: str | Path) -> Path:
 
 
 @flow(name="sweep", flow_run_name="{spec[name]}")
-def sweep_flow(spec: dict, store: str, progress: bool = True) -> dict:
-    """Run every partition of `spec` that `store` does not hold yet, then report."""
+def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool = True) -> dict:
+    """Run every partition of `spec` that `store` does not hold yet (or only the failed
+    ones), then report. Safe to retry: done partitions are never recomputed."""
     logger = get_run_logger()
     sweep = parse_sweep(spec, store=store)
     created = prepare_store(sweep, store)
-    plan = Plan(sweep)
-    pending = pending_partitions(sweep, store)
-    logger.info("%s store %s: %d of %d partitions to run", created, store, len(pending), len(plan))
-    spec = sweep.model_dump(mode="json")
-    futures = [partition_task.submit(spec, store, i, plan.label(plan[i])) for i in pending]
-
-    computed, failed = 0, []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, disable=not progress) as bar:
-        tracker = bar.add_task(f"{sweep.name}", total=len(futures))
-        for future in as_completed(futures):
-            try:
-                computed += not future.result()["skipped"]
-            except Exception as exc:  # reported below; the other partitions go on
-                failed.append(f"{future.task_run_id}: {exc}")
-            bar.advance(tracker)
+    with store_lock(store):
+        plan = Plan(sweep)
+        if failed_only:
+            todo = [int(i) for i in (read_status(store) == FAILED).nonzero()[0]]
+        else:
+            todo = pending_partitions(sweep, store)
+        logger.info("%s store %s: %d of %d partitions to run", created, store, len(todo), len(plan))
+        computed, failed = _run_partitions(sweep.model_dump(mode="json"), store, plan, todo, progress)
 
     summary = {"store": store, "partitions": len(plan), "computed": computed, "failed": len(failed)}
     if failed:
@@ -80,3 +74,20 @@ def sweep_flow(spec: dict, store: str, progress: bool = True) -> dict:
         )
     summary["report"] = report_task(store)
     return summary
+
+
+def _run_partitions(spec: dict, store: str, plan: Plan, todo: list[int], progress: bool):
+    futures = [partition_task.submit(spec, store, i, plan.label(plan[i])) for i in todo]
+    index_of = {f.task_run_id: i for f, i in zip(futures, todo)}
+    computed, failed = 0, []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, disable=not progress) as bar:
+        tracker = bar.add_task(spec["name"], total=len(futures))
+        for future in as_completed(futures):
+            try:
+                computed += not future.result()["skipped"]
+            except Exception as exc:  # listed below; the other partitions go on
+                index = index_of[future.task_run_id]
+                failed.append(f"partition {index} ({plan.label(plan[index])}): {exc}")
+            bar.advance(tracker)
+    return computed, failed

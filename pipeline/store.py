@@ -7,6 +7,7 @@ block) says which partitions are complete; a partition writes it last, after its
 outputs and its timing, so a partition killed mid-write stays pending. The store's
 attributes hold the full spec (as JSON), the seeding scheme and the versions of the
 software that wrote it; a store is only ever resumed by the spec that created it.
+Its metadata is written once, consolidated, at creation and never changes afterwards.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import platform
 import socket
 import time
+import warnings
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -152,7 +154,12 @@ def prepare_store(sweep: SweepBase, path: str | Path) -> str:
     ds = template(sweep)
     encoding = ds.encoding.pop("tokensweep_chunks")
     path.parent.mkdir(parents=True, exist_ok=True)
-    ds.to_zarr(path, mode="w-", compute=False, zarr_format=3, consolidated=False, encoding=encoding)
+    # Metadata is final at creation (partitions only write chunks), so consolidating it now
+    # is safe and lets `xr.open_zarr(path)` open the cube quietly in one call.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)
+        ds.to_zarr(path, mode="w-", compute=False, zarr_format=3, consolidated=True,
+                   encoding=encoding)
     return "created"
 
 

@@ -1,0 +1,330 @@
+"""Random starts, random weight matrices and time-varying schedules for the attention flows.
+
+Every draw comes from the trajectory's own numpy Generator, through numba, which draws bit-identically
+to numpy: a NumPy reference that calls `rng.standard_normal(shape)` / `rng.random(shape)` in the order
+below consumes the same numbers.
+
+Starts (x: (n, d), tokens are rows):
+- "uniform_sphere": n*d standard normals, row-major, each row normalised (`attention.uniform_start`).
+- "hemisphere": the same, then x_i1 <- |x_i1|: uniform on the half sphere {<x, e_1> >= 0}.
+- "equiangular": n*d standard normals, row-major, orthonormalised by Gram-Schmidt (two passes):
+  a Haar-random orthonormal n-frame, all overlaps 0 (needs d >= n).
+
+Matrix ensembles (d x d, entries scaled so that a draw is O(1) as an operator on typical vectors;
+G below always means d*d standard normals, row-major, times 1/sqrt(d)):
+- GINIBRE: G, i.i.d. N(0, 1/d) entries.
+- GOE: (G + G^T)/sqrt(2): symmetric, off-diagonal variance 1/d, diagonal variance 2/d.
+- WIGNER: symmetric with i.i.d. N(0, 1/d) entries on and above the diagonal; draws d(d+1)/2 normals,
+  row-major over a <= b.
+- WISHART: G^T G: positive semidefinite, E[W] = I.
+For the query-key pair, "ginibre" draws Q then K (each GINIBRE); a symmetric ensemble ("goe",
+"wigner", "wishart") is the bilinear form itself: Q = I, K = W, so Q^T K = W. Values: any ensemble,
+or "qk" (V = Q^T K of the same head). Per trajectory, after the start, for head 0, 1, ...: Q (if
+drawn), K (if drawn), V (if drawn); with `period` > 0 the same draws are repeated, in the same order,
+before steps period, 2 period, ... Explicitly given matrices are never drawn.
+
+Time-varying bilinear forms [RST]: head h uses P_h(t) = D_h(t) P'_h with P'_h = Q_h^T K_h and
+D_h(t) = diag(amp_hk * cos(omega_hk t + phase_hk)) (absolute value of each entry if `absolute`).
+`TIME_VARYING` holds [RST]'s examples (models.md section 6); "rst_random_frequencies" draws, after
+the matrices and once per trajectory, for each head omega_h (d uniforms on (0, 1)) then phase_h
+(d uniforms on (0, 2 pi)), giving |2 sin(omega t + phi)| in law.
+"""
+
+import numpy as np
+from numba import njit
+
+from tokensweep.kernels.attention import normalize_rows, uniform_start
+
+# matrix ensemble codes (FIXED: use the given matrix; QK: V = Q^T K)
+FIXED = 0
+GINIBRE = 1
+GOE = 2
+WIGNER = 3
+WISHART = 4
+QK = 5
+ENSEMBLE_CODES = {"ginibre": GINIBRE, "goe": GOE, "wigner": WIGNER, "wishart": WISHART}
+QK_ENSEMBLES = ("identity", "ginibre", "goe", "wigner", "wishart")
+VALUE_ENSEMBLES = ("identity", "minus_identity", "ginibre", "goe", "wigner", "wishart", "qk")
+
+# start codes
+UNIFORM_SPHERE = 0
+HEMISPHERE = 1
+EQUIANGULAR = 2
+INIT_CODES = {"uniform_sphere": UNIFORM_SPHERE, "hemisphere": HEMISPHERE, "equiangular": EQUIANGULAR}
+
+
+@njit(nogil=True, cache=True)
+def draw_start(rng, kind, x):
+    """Fill x (n, d) with a start of the given kind (module docstring); False if degenerate."""
+    n, d = x.shape
+    if kind == EQUIANGULAR:
+        z = rng.standard_normal(n * d)
+        for i in range(n):
+            for k in range(d):
+                x[i, k] = z[i * d + k]
+        for _ in range(2):  # second pass: orthogonality to rounding
+            for i in range(n):
+                for j in range(i):
+                    dot = 0.0
+                    for k in range(d):
+                        dot += x[i, k] * x[j, k]
+                    for k in range(d):
+                        x[i, k] -= dot * x[j, k]
+                norm2 = 0.0
+                for k in range(d):
+                    norm2 += x[i, k] * x[i, k]
+                norm = np.sqrt(norm2)
+                if not norm > 0.0:
+                    return False
+                for k in range(d):
+                    x[i, k] /= norm
+        return True
+    ok = uniform_start(rng, x)
+    if kind == HEMISPHERE:
+        for i in range(n):
+            x[i, 0] = abs(x[i, 0])
+    return ok
+
+
+@njit(nogil=True, cache=True)
+def draw_matrix(rng, kind, out):
+    """Fill out (d, d) with one draw of ensemble `kind` (GINIBRE, GOE, WIGNER or WISHART)."""
+    d = out.shape[0]
+    s = 1.0 / np.sqrt(d)
+    if kind == WIGNER:
+        for a in range(d):
+            for b in range(a, d):
+                v = s * rng.standard_normal()
+                out[a, b] = v
+                out[b, a] = v
+        return
+    g = rng.standard_normal((d, d))
+    for a in range(d):
+        for b in range(d):
+            g[a, b] *= s
+    if kind == GINIBRE:
+        out[:, :] = g
+    elif kind == GOE:
+        r = 1.0 / np.sqrt(2.0)
+        for a in range(d):
+            for b in range(d):
+                out[a, b] = (g[a, b] + g[b, a]) * r
+    else:  # WISHART: G^T G
+        for a in range(d):
+            for b in range(d):
+                acc = 0.0
+                for c in range(d):
+                    acc += g[c, a] * g[c, b]
+                out[a, b] = acc
+
+
+@njit(nogil=True, cache=True)
+def draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m):
+    """Draw the random matrices of every head in the documented order; refresh m = Q^T K.
+
+    q_kind, k_kind: FIXED or an ensemble code; v_kind: FIXED, an ensemble code or QK.
+    q, k, v: (H, d, d), updated in place where drawn; m: (H, d, d) output, m[h] = q[h]^T k[h].
+    """
+    heads, d, _ = q.shape
+    for h in range(heads):
+        if q_kind != FIXED:
+            draw_matrix(rng, q_kind, q[h])
+        if k_kind != FIXED:
+            draw_matrix(rng, k_kind, k[h])
+        if v_kind != FIXED and v_kind != QK:
+            draw_matrix(rng, v_kind, v[h])
+        for a in range(d):
+            for b in range(d):
+                acc = 0.0
+                for c in range(d):
+                    acc += q[h, c, a] * k[h, c, b]
+                m[h, a, b] = acc
+        if v_kind == QK:
+            v[h, :, :] = m[h]
+
+
+@njit(nogil=True, cache=True)
+def draw_frequencies(rng, omega, phase):
+    """Random [RST] schedule: for each head, omega (d uniforms on (0,1)) then phase (on (0, 2 pi))."""
+    heads, d = omega.shape
+    for h in range(heads):
+        for k in range(d):
+            omega[h, k] = rng.random()
+        for k in range(d):
+            phase[h, k] = 2.0 * np.pi * rng.random()
+
+
+_P1 = [[0.0805, -0.1929, 0.1991], [-0.2312, 0.3131, -0.2335], [0.1788, -0.1732, -0.1594]]
+_P2 = [[-0.3067, 0.0349, 0.1107], [0.0572, -0.0557, 0.1343], [0.1375, 0.1083, 0.1018]]
+_PC = [[0.3598, 0.4150, 0.1319], [0.0971, -0.0668, -0.2046], [0.1548, -0.2102, 0.1220]]
+_UC = [[-0.2590, 0.4965, 0.5609], [0.4965, -0.7174, -0.5003], [0.5609, -0.5003, -0.0247]]
+_PI = np.pi
+# D = 2 diag(cos 10 pi t, sin 10 pi t, cos 6 pi t) and 2 diag(cos 6 pi t, sin 6 pi t, cos 4 pi t),
+# with sin x = cos(x - pi/2)
+_D1 = ([2.0, 2.0, 2.0], [10 * _PI, 10 * _PI, 6 * _PI], [0.0, -_PI / 2, 0.0])
+_D2 = ([2.0, 2.0, 2.0], [6 * _PI, 6 * _PI, 4 * _PI], [0.0, -_PI / 2, 0.0])
+
+TIME_VARYING = {
+    # [RST] full attention, two heads, U = I, d = 3 (run with init="hemisphere", attention="sa")
+    "rst_two_head_hemisphere": dict(
+        heads=2, d=3, P=[_P1, _P2], V=None, schedule=[_D1, _D2], absolute=False, random=False
+    ),
+    # [RST] causal, one head, d = 3, value U with eigenvalues 0.439, -0.022, -1.419
+    "rst_causal": dict(heads=1, d=3, P=[_PC], V=[_UC], schedule=[_D1], absolute=False, random=False),
+    # [RST] causal, (D)_kk = |2 sin(omega t + phi)|, omega ~ U(0, 1), phi ~ U(0, 2 pi) per trajectory;
+    # P' and V come from qk / value / matrices (default identity)
+    "rst_random_frequencies": dict(
+        heads=None, d=None, P=None, V=None, schedule=None, absolute=True, random=True
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Open-hemisphere certificate. Wendel: n i.i.d. uniform points on S^{d-1} lie in an open hemisphere
+# with probability 2^{-(n-1)} sum_{k<d} C(n-1, k); with full attention and V = I such a start
+# collapses to one cluster.
+#
+# x_1..x_n lie in an open hemisphere  <=>  some w has <w, x_i> > 0 for all i  <=>  0 is not in
+# conv{x_i}. Wolfe's min-norm-point algorithm (Math. Programming 11, 1976) finds p* = the point of
+# the hull nearest 0 exactly in finitely many steps (active-set method: corrals of affinely
+# independent points, affine min-norm solves). Since min_i <p*, x_i> = |p*|^2, the answer is
+# certified either way: True when a p with min_i <p, x_i> > tol |p| is found (p/|p| is a strict
+# separating direction with margin tol); False when |p| <= tol (0 within tol of the hull), or at an
+# optimum p with min_i <p, x_i> <= tol |p|. So the answer is "distance from 0 to the hull > tol",
+# up to rounding; the tests compare it with a margin-maximising LP.
+
+
+@njit(nogil=True, cache=True)
+def _affine_min_norm(x, idx, k, gram, alpha):
+    """alpha[:k] minimising |sum_a alpha_a x[idx[a]]| subject to sum alpha = 1.
+
+    Solves the bordered system [G 1; 1^T 0] [alpha; mu] = [0; 1] by Gaussian elimination with
+    partial pivoting. gram: (>= k+1, >= k+2) scratch. False if singular (affinely dependent corral).
+    """
+    d = x.shape[1]
+    size = k + 1
+    for a in range(k):
+        for b in range(k):
+            acc = 0.0
+            for c in range(d):
+                acc += x[idx[a], c] * x[idx[b], c]
+            gram[a, b] = acc
+        gram[a, k] = 1.0
+        gram[k, a] = 1.0
+        gram[a, size] = 0.0
+    gram[k, k] = 0.0
+    gram[k, size] = 1.0
+    for col in range(size):
+        piv = col
+        for r in range(col + 1, size):
+            if abs(gram[r, col]) > abs(gram[piv, col]):
+                piv = r
+        if abs(gram[piv, col]) < 1e-14:
+            return False
+        if piv != col:
+            for c in range(size + 1):
+                tmp = gram[col, c]
+                gram[col, c] = gram[piv, c]
+                gram[piv, c] = tmp
+        for r in range(col + 1, size):
+            fac = gram[r, col] / gram[col, col]
+            for c in range(col, size + 1):
+                gram[r, c] -= fac * gram[col, c]
+    for r in range(size - 1, -1, -1):
+        acc = gram[r, size]
+        for c in range(r + 1, size):
+            acc -= gram[r, c] * gram[c, size]
+        gram[r, size] = acc / gram[r, r]
+    for a in range(k):
+        alpha[a] = gram[a, size]
+    return True
+
+
+@njit(nogil=True, cache=True)
+def in_open_hemisphere(x, tol):
+    """True iff the rows of x (n, d) lie in an open hemisphere with margin tol (see above)."""
+    n, d = x.shape
+    p = np.zeros(d)
+    # quick certificate: the centroid (a clustered state passes here)
+    for i in range(n):
+        for c in range(d):
+            p[c] += x[i, c]
+    pn = np.sqrt(np.sum(p * p))
+    lo = np.inf
+    for i in range(n):
+        lo = min(lo, np.dot(x[i], p))
+    if lo > tol * pn:
+        return True
+    cap = d + 2
+    idx = np.empty(cap, dtype=np.int64)
+    lam = np.empty(cap)
+    alpha = np.empty(cap)
+    gram = np.empty((cap + 1, cap + 2))
+    idx[0] = 0
+    lam[0] = 1.0
+    k = 1
+    for _ in range(50 * (n + d)):
+        for c in range(d):
+            p[c] = 0.0
+        for a in range(k):
+            for c in range(d):
+                p[c] += lam[a] * x[idx[a], c]
+        pp = np.dot(p, p)
+        pn = np.sqrt(pp)
+        if pn <= tol:
+            return False
+        jbest = 0
+        lo = np.inf
+        for i in range(n):
+            v = np.dot(x[i], p)
+            if v < lo:
+                lo = v
+                jbest = i
+        if lo > tol * pn:
+            return True
+        if lo >= pp - 1e-13 or k == cap:
+            return False  # optimal (or stalled): distance <= tol
+        for a in range(k):
+            if idx[a] == jbest:
+                return False  # no progress possible at this precision
+        idx[k] = jbest
+        lam[k] = 0.0
+        k += 1
+        while True:  # minor cycles: move towards the affine minimiser, dropping points
+            if not _affine_min_norm(x, idx, k, gram, alpha):
+                return False
+            positive = True
+            for a in range(k):
+                if alpha[a] <= 1e-15:
+                    positive = False
+            if positive:
+                for a in range(k):
+                    lam[a] = alpha[a]
+                break
+            theta = 1.0
+            for a in range(k):
+                if alpha[a] <= 1e-15 and lam[a] - alpha[a] > 0.0:
+                    theta = min(theta, lam[a] / (lam[a] - alpha[a]))
+            kept = 0
+            for a in range(k):
+                val = theta * alpha[a] + (1.0 - theta) * lam[a]
+                if val > 1e-15:
+                    idx[kept] = idx[a]
+                    lam[kept] = val
+                    kept += 1
+            if kept == k:  # rounding: drop the smallest weight to guarantee progress
+                worst = 0
+                for a in range(k):
+                    if lam[a] < lam[worst]:
+                        worst = a
+                for a in range(worst, k - 1):
+                    idx[a] = idx[a + 1]
+                    lam[a] = lam[a + 1]
+                kept = k - 1
+            k = kept
+            total = 0.0
+            for a in range(k):
+                total += lam[a]
+            for a in range(k):
+                lam[a] /= total
+    return False

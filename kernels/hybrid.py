@@ -1,0 +1,123 @@
+"""Hybrid noise model [F26, Prop. 1] (models.md section 5): attention flow with a scalar noise.
+
+Discrete model, L = layers, h = T / L, k = 0..L-1:
+
+    x_i <- N( x_i + h A_i + sigma sqrt(h) xi_k A_i ) = N( x_i + (h + sigma sqrt(h) xi_k) A_i ),
+
+xi_k one standard normal per layer, shared by all tokens, sigma >= 0, A_i the attention of
+`tokensweep.kernels.attention` (sa, usa, causal_sa; Q = K = V = I, beta). Tokens start i.i.d.
+uniform on S^{d-1}. Limit: dx = (1 - sigma^2 <x, A>) P_x A dt - (sigma^2/2) |P_x A|^2 x dt
++ sigma P_x A dB. For USA with n = 2 the threshold is sigma_c^2 = 2 e^{-beta}: single cluster
+below, antipodal above.
+
+Random stream of one trajectory (one numpy Generator each, `standard_normal`):
+  1. n*d normals, row-major (n, d): the start, each row normalised;
+  2. then xi_0, xi_1, ..., one normal per layer, fetched `draw_batch` layers at a time (the stream
+     and the outputs do not depend on the batch size).
+
+The scalar noise moves every token along its own attention direction, so the dynamics is
+permutation-equivariant pathwise (non-causal attention). Outputs: `outcomes.OUTPUTS`.
+"""
+
+import numpy as np
+from numba import njit
+
+from .attention import ATTENTION_CODES, attention, normalize_rows, scaled_step, uniform_start
+from .outcomes import OUTPUTS, allocate_outputs, check_common_arguments, fill_nonfinite, hit_time
+from .outcomes import record_checkpoint
+
+ATTENTIONS = ("sa", "usa", "causal_sa")
+DEFAULT_DRAW_BATCH = 1024  # layers per buffered draw
+
+__all__ = ["ATTENTIONS", "OUTPUTS", "simulate_hybrid", "simulate_hybrid_states"]
+
+
+@njit(nogil=True, cache=True)
+def _trajectory(rng, x, draw_start, beta, att, sigma, h, layers, ckpt, eps, batch,
+                omin, omax, cls, ncl, states):
+    """Integrate one trajectory and fill its outcome rows; return (nonfinite, t_hit).
+
+    Shapes as in stochastic._trajectory: x (n, d); ckpt (nt,) int64; omin, omax (nt,) float64;
+    cls (nt,) int8; ncl (nt,) int16; states (nt, n, d) or (0, n, d) to skip them.
+    """
+    n, d = x.shape
+    keep = states.shape[0] > 0
+    ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
+    ahat = np.empty((n, d))
+    logscale = np.empty(n)
+    logits = np.empty(n)
+    g_work = np.empty((n, n))
+    sqrt_h = np.sqrt(h)
+    buf = np.empty(0)
+    pos = 0
+    c = 0
+    for layer in range(layers):
+        if not ok:
+            break
+        if pos == buf.shape[0]:
+            buf = rng.standard_normal(min(batch, layers - layer))
+            pos = 0
+        attention(x, beta, att, ahat, logscale, logits)
+        ok = scaled_step(x, h + sigma * sqrt_h * buf[pos], logscale, ahat)
+        pos += 1
+        if ok and layer + 1 == ckpt[c]:
+            record_checkpoint(x, eps, g_work, c, omin, omax, cls, ncl)
+            if keep:
+                states[c] = x
+            c += 1
+    if not ok:
+        fill_nonfinite(c, omin, omax, cls, ncl)
+        if keep:
+            states[c:] = np.nan
+        return True, np.nan
+    return False, hit_time(cls, h * ckpt.astype(np.float64))
+
+
+def _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, draw_batch, x0,
+         keep_states):
+    ckpt = check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, attention,
+                                  ATTENTIONS, eps)
+    if not (np.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"sigma = {sigma!r}, but the noise level must be finite and >= 0")
+    batch = DEFAULT_DRAW_BATCH if draw_batch is None else int(draw_batch)
+    if batch < 1:
+        raise ValueError(f"draw_batch = {draw_batch!r}, but it must be >= 1 (or None for a default)")
+    n, d, layers = int(n), int(d), int(layers)
+    ntraj, nt = len(rngs), ckpt.size
+    if x0 is not None:
+        x0 = np.asarray(x0, dtype=np.float64)
+        if x0.shape != (ntraj, n, d):
+            raise ValueError(f"x0 has shape {x0.shape}, expected (ntraj, n, d) = {(ntraj, n, d)}")
+    out = allocate_outputs(ntraj, nt)
+    states = np.empty((ntraj, nt if keep_states else 0, n, d))
+    h = float(T) / layers
+    for t, rng in enumerate(rngs):
+        x = np.empty((n, d)) if x0 is None else x0[t].copy()
+        out["nonfinite"][t], out["t_hit"][t] = _trajectory(
+            rng, x, x0 is None, float(beta), ATTENTION_CODES[attention], float(sigma), h, layers,
+            ckpt, float(eps), batch, out["overlap_min"][t], out["overlap_max"][t],
+            out["cluster_class"][t], out["n_clusters"][t], states[t],
+        )
+    return out, states
+
+
+def simulate_hybrid(rngs, *, n, d, beta, sigma, T, layers, checkpoint_layers, attention="sa",
+                    eps=1e-3, draw_batch=None):
+    """Simulate len(rngs) trajectories of the hybrid noise model; one Generator each.
+
+    Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise.
+    """
+    out, _ = _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, draw_batch,
+                  None, False)
+    return out
+
+
+def simulate_hybrid_states(rngs, *, n, d, beta, sigma, T, layers, checkpoint_layers, attention="sa",
+                           eps=1e-3, draw_batch=None, x0=None):
+    """As simulate_hybrid, also returning the states (ntraj, nt, n, d): (states, outputs).
+
+    x0: optional (ntraj, n, d) start (rows are normalised); then no start normals are drawn.
+    """
+    out, states = _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps,
+                       draw_batch, x0, True)
+    return states, out

@@ -1,0 +1,217 @@
+"""Outcome reductions shared by the model kernels: overlaps, cluster class, cluster count, t_hit.
+
+For unit tokens x_1..x_n the overlaps are G_ij = <x_i, x_j>, i < j. At each checkpoint, with
+threshold eps (0 < eps < 1):
+
+- overlap_min / overlap_max: min / max of G_ij over pairs i < j (both 1.0 when n = 1);
+- cluster_class: 1 single cluster if every G_ij >= 1 - eps; 2 antipodal if every |G_ij| >= 1 - eps
+  and at least one G_ij <= -1 + eps; 0 unresolved otherwise (models.md section 4);
+- n_clusters: connected components of the graph on tokens with an edge where G_ij >= 1 - eps
+  (union-find), so a chain of near neighbours counts as one cluster.
+
+Per trajectory, t_hit is the time of the first checkpoint from which cluster_class stays constant up
+to the last checkpoint; NaN when the final class is 0 (unresolved). A trajectory whose state became
+non-finite has NaN overlaps, class 0 and n_clusters 0 from the failing checkpoint on.
+
+`OUTPUTS` describes every array the model entry points return (ntraj first, then `t` for
+per-checkpoint outputs); the store builder turns it into the zarr template.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+UNRESOLVED = 0
+SINGLE_CLUSTER = 1
+ANTIPODAL = 2
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One returned array: shape (ntraj, nt) if per_checkpoint else (ntraj,), with CF attributes."""
+
+    per_checkpoint: bool
+    dtype: str
+    long_name: str
+    units: str
+    flag_values: tuple = None
+    flag_meanings: str = None
+
+    def attrs(self):
+        """CF attributes for the store variable."""
+        out = {"long_name": self.long_name, "units": self.units}
+        if self.flag_values is not None:
+            out["flag_values"] = list(self.flag_values)
+            out["flag_meanings"] = self.flag_meanings
+        return out
+
+
+OUTPUTS = {
+    "overlap_min": OutputSpec(True, "float64", "minimum pairwise overlap <x_i, x_j> over i < j", "1"),
+    "overlap_max": OutputSpec(True, "float64", "maximum pairwise overlap <x_i, x_j> over i < j", "1"),
+    "cluster_class": OutputSpec(
+        True, "int8", "cluster configuration class", "1",
+        flag_values=(UNRESOLVED, SINGLE_CLUSTER, ANTIPODAL),
+        flag_meanings="unresolved single_cluster antipodal",
+    ),
+    "n_clusters": OutputSpec(
+        True, "int16", "number of clusters (components of the graph overlap >= 1 - eps)", "1"
+    ),
+    "t_hit": OutputSpec(
+        False, "float64", "time of the first checkpoint from which cluster_class stays constant", "1"
+    ),
+    "nonfinite": OutputSpec(False, "bool", "state became non-finite; integration stopped", "1"),
+}
+
+
+def allocate_outputs(ntraj, nt, outputs=OUTPUTS):
+    """Uninitialised arrays for `outputs`: (ntraj, nt) per checkpoint, (ntraj,) otherwise."""
+    return {
+        name: np.empty((ntraj, nt) if spec.per_checkpoint else (ntraj,), dtype=spec.dtype)
+        for name, spec in outputs.items()
+    }
+
+
+@njit(nogil=True, cache=True)
+def gram(x, out):
+    """Overlaps of all token pairs. x: (n, d); out: (n, n) output, out[i, j] = <x_i, x_j>."""
+    n, d = x.shape
+    for i in range(n):
+        for j in range(i, n):
+            acc = 0.0
+            for k in range(d):
+                acc += x[i, k] * x[j, k]
+            out[i, j] = acc
+            out[j, i] = acc
+
+
+@njit(nogil=True, cache=True)
+def overlap_extremes(g):
+    """(min, max, min |.|) of g[i, j] over i < j; (1, 1, 1) when n = 1. g: (n, n)."""
+    n = g.shape[0]
+    if n < 2:
+        return 1.0, 1.0, 1.0
+    lo = np.inf
+    hi = -np.inf
+    lo_abs = np.inf
+    for i in range(n):
+        for j in range(i + 1, n):
+            v = g[i, j]
+            lo = min(lo, v)
+            hi = max(hi, v)
+            lo_abs = min(lo_abs, abs(v))
+    return lo, hi, lo_abs
+
+
+@njit(nogil=True, cache=True)
+def classify(lo, lo_abs, eps):
+    """Cluster class from the minimum overlap and minimum |overlap| (see module docstring)."""
+    if lo >= 1.0 - eps:
+        return SINGLE_CLUSTER
+    if lo_abs >= 1.0 - eps and lo <= -1.0 + eps:
+        return ANTIPODAL
+    return UNRESOLVED
+
+
+@njit(nogil=True, cache=True)
+def _find(parent, i):
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]  # path halving
+        i = parent[i]
+    return i
+
+
+@njit(nogil=True, cache=True)
+def count_clusters(g, eps):
+    """Connected components of the graph with an edge where g[i, j] >= 1 - eps. g: (n, n)."""
+    n = g.shape[0]
+    parent = np.arange(n)
+    count = n
+    for i in range(n):
+        for j in range(i + 1, n):
+            if g[i, j] >= 1.0 - eps:
+                ri = _find(parent, i)
+                rj = _find(parent, j)
+                if ri != rj:
+                    parent[rj] = ri
+                    count -= 1
+    return count
+
+
+@njit(nogil=True, cache=True)
+def record_checkpoint(x, eps, g_work, c, omin, omax, cls, ncl):
+    """Write checkpoint c of one trajectory from its state x (n, d).
+
+    g_work: (n, n) scratch. omin, omax: (nt,) float64; cls: (nt,) int8; ncl: (nt,) int16.
+    """
+    gram(x, g_work)
+    lo, hi, lo_abs = overlap_extremes(g_work)
+    omin[c] = lo
+    omax[c] = hi
+    cls[c] = classify(lo, lo_abs, eps)
+    ncl[c] = count_clusters(g_work, eps)
+
+
+@njit(nogil=True, cache=True)
+def fill_nonfinite(c0, omin, omax, cls, ncl):
+    """Mark checkpoints c0.. of a trajectory that became non-finite (NaN, class 0, 0 clusters)."""
+    for c in range(c0, omin.shape[0]):
+        omin[c] = np.nan
+        omax[c] = np.nan
+        cls[c] = UNRESOLVED
+        ncl[c] = 0
+
+
+@njit(nogil=True, cache=True)
+def hit_time(cls, times):
+    """First checkpoint time from which cls (nt,) stays constant; NaN if cls[-1] is unresolved."""
+    nt = cls.shape[0]
+    final = cls[nt - 1]
+    if final == UNRESOLVED:
+        return np.nan
+    c = nt - 1
+    while c > 0 and cls[c - 1] == final:
+        c -= 1
+    return times[c]
+
+
+def check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, attention, attentions, eps):
+    """Validate the arguments every sphere model shares; return checkpoint_layers as int64 (nt,).
+
+    Messages name the argument, echo the value and say how to fix it.
+    """
+    for i, rng in enumerate(rngs):
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(
+                f"rngs[{i}] is {type(rng).__name__}, but each trajectory needs a "
+                "numpy.random.Generator: pass e.g. [np.random.default_rng(s) for s in seeds]"
+            )
+    if int(n) != n or n < 1:
+        raise ValueError(f"n = {n!r}, but the number of tokens must be an integer >= 1")
+    if int(d) != d or d < 2:
+        raise ValueError(f"d = {d!r}, but the sphere S^(d-1) needs an integer d >= 2")
+    if not np.isfinite(beta):
+        raise ValueError(f"beta = {beta!r}, but the inverse temperature must be finite")
+    if not (np.isfinite(T) and T > 0):
+        raise ValueError(f"T = {T!r}, but the final time must be finite and > 0")
+    if int(layers) != layers or layers < 1:
+        raise ValueError(f"layers = {layers!r}, but the number of layers must be an integer >= 1")
+    if attention not in attentions:
+        raise ValueError(f"attention = {attention!r} is unknown: use one of {attentions}")
+    if not (0.0 < eps < 1.0):
+        raise ValueError(f"eps = {eps!r}, but the clustering threshold needs 0 < eps < 1")
+    raw = np.asarray(checkpoint_layers)
+    ckpt = raw.astype(np.int64).ravel()
+    if (
+        ckpt.size == 0
+        or not np.array_equal(ckpt, raw.ravel())
+        or np.any(np.diff(ckpt) <= 0)
+        or ckpt[0] < 1
+        or ckpt[-1] != layers
+    ):
+        raise ValueError(
+            f"checkpoint_layers = {raw!r} must be sorted, unique integers in 1..layers ending at "
+            f"layers = {layers}: e.g. np.linspace(0, {layers}, nt + 1)[1:].round().astype(int)"
+        )
+    return ckpt

@@ -1,0 +1,167 @@
+"""Deep stochastic transformer [F26] (models.md section 4): tokens driven by random value matrices.
+
+Discrete model, L = layers, h = T / L, k = 0..L-1:
+
+    x_i <- N( x_i + sqrt(h) V_k A_i(X) ),   N(y) = y / |y|,
+
+V_k a fresh d x d matrix each layer, shared by all tokens, i.i.d. N(0, s^2) entries (s = value_std),
+A_i the attention of `tokensweep.kernels.attention` (sa, usa, causal_sa; Q = K = I, beta). Tokens
+start i.i.d. uniform on S^{d-1}. As L -> infinity this is the SDE
+dx_i = P_{x_i} dW A_i - ((d-1)/2) s^2 |A_i|^2 x_i dt.
+
+Noise paths (same law, different random numbers):
+
+- "literal": draw V_k (d*d normals, row-major) and multiply, noise_i = s V_k Ahat_i.
+- "gaussian" (default, exact in distribution): the rows of V_k [a_1 ... a_n] are i.i.d.
+  N(0, s^2 G), G = A^T A, so with R^T R = G (Householder R of A, r = min(n, d) rows, exact also
+  when tokens have collapsed and G is singular) noise_i = s sum_k R[k, i] W[k], W (r, d) standard
+  normals, row-major. r*d normals per layer instead of d*d. Permuting tokens changes R, so this path
+  is permutation-equivariant in law only; the literal path is equivariant pathwise.
+
+Random stream of one trajectory (one numpy Generator each, consumed by `standard_normal`):
+  1. n*d normals, row-major (n, d): the start, each row normalised;
+  2. then, layer by layer in order, the layer's normals: W (r*d) or V_k (d*d).
+Layer draws are fetched `draw_batch` layers at a time into one buffer; the stream is the same
+concatenation whatever the batch size, so outputs are bit-identical for any `draw_batch`.
+
+USA carries its scale e^{beta max_j <x_i,x_j>} / n as a log (attention.scaled_step), so beta up to
+1e3 neither overflows nor gives NaN. Outputs: `outcomes.OUTPUTS`, recorded after each layer count in
+checkpoint_layers (checkpoint time h * layer).
+"""
+
+import numpy as np
+from numba import njit
+
+from .attention import (
+    ATTENTION_CODES,
+    attention,
+    gaussian_values,
+    householder_r,
+    literal_values,
+    normalize_rows,
+    scaled_step,
+    uniform_start,
+)
+from .outcomes import OUTPUTS, allocate_outputs, check_common_arguments, fill_nonfinite, hit_time
+from .outcomes import record_checkpoint
+
+ATTENTIONS = ("sa", "usa", "causal_sa")
+NOISES = ("gaussian", "literal")
+GAUSSIAN = 0
+LITERAL = 1
+NORMALS_PER_DRAW = 4096  # default buffer size (normals), when draw_batch is not given
+
+__all__ = [
+    "ATTENTIONS", "NOISES", "OUTPUTS", "simulate_stochastic_transformer", "simulate_stochastic_states",
+]
+
+
+@njit(nogil=True, cache=True)
+def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, eps, batch,
+                omin, omax, cls, ncl, states):
+    """Integrate one trajectory and fill its outcome rows; return (nonfinite, t_hit).
+
+    x: (n, d) state; drawn from rng when draw_start, else the given start (normalised here).
+    ckpt: (nt,) int64 layer counts. omin, omax: (nt,) float64; cls: (nt,) int8; ncl: (nt,) int16.
+    states: (nt, n, d) filled with the checkpoint states, or (0, n, d) to skip them.
+    batch: layers per buffered draw.
+    """
+    n, d = x.shape
+    nt = ckpt.shape[0]
+    keep = states.shape[0] > 0
+    ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
+    r = min(n, d)
+    per_layer = r * d if noise == GAUSSIAN else d * d
+    ahat = np.empty((n, d))
+    direction = np.empty((n, d))
+    work = np.empty((n, d))
+    rfac = np.zeros((r, n))
+    logscale = np.empty(n)
+    logits = np.empty(n)
+    g_work = np.empty((n, n))
+    sqrt_h = np.sqrt(h)
+    buf = np.empty(0)
+    pos = 0
+    c = 0
+    for layer in range(layers):
+        if not ok:
+            break
+        if pos == buf.shape[0]:
+            buf = rng.standard_normal(min(batch, layers - layer) * per_layer)
+            pos = 0
+        attention(x, beta, att, ahat, logscale, logits)
+        if noise == GAUSSIAN:
+            householder_r(ahat, work, rfac)
+            gaussian_values(rfac, buf, pos, s, direction)
+        else:
+            literal_values(buf, pos, ahat, s, direction)
+        pos += per_layer
+        ok = scaled_step(x, sqrt_h, logscale, direction)
+        if ok and layer + 1 == ckpt[c]:
+            record_checkpoint(x, eps, g_work, c, omin, omax, cls, ncl)
+            if keep:
+                states[c] = x
+            c += 1
+    if not ok:
+        fill_nonfinite(c, omin, omax, cls, ncl)
+        if keep:
+            states[c:] = np.nan
+        return True, np.nan
+    return False, hit_time(cls, h * ckpt.astype(np.float64))
+
+
+def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
+         draw_batch, x0, keep_states):
+    ckpt = check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, attention,
+                                  ATTENTIONS, eps)
+    if noise not in NOISES:
+        raise ValueError(f"noise = {noise!r} is unknown: use one of {NOISES}")
+    if not (np.isfinite(value_std) and value_std >= 0):
+        raise ValueError(f"value_std = {value_std!r}, but the value entries' std must be finite, >= 0")
+    n, d, layers = int(n), int(d), int(layers)
+    per_layer = min(n, d) * d if noise == "gaussian" else d * d
+    batch = max(1, NORMALS_PER_DRAW // per_layer) if draw_batch is None else int(draw_batch)
+    if batch < 1:
+        raise ValueError(f"draw_batch = {draw_batch!r}, but it must be >= 1 (or None for a default)")
+    ntraj, nt = len(rngs), ckpt.size
+    if x0 is not None:
+        x0 = np.asarray(x0, dtype=np.float64)
+        if x0.shape != (ntraj, n, d):
+            raise ValueError(f"x0 has shape {x0.shape}, expected (ntraj, n, d) = {(ntraj, n, d)}")
+    out = allocate_outputs(ntraj, nt)
+    states = np.empty((ntraj, nt if keep_states else 0, n, d))
+    h = float(T) / layers
+    att, code = ATTENTION_CODES[attention], GAUSSIAN if noise == "gaussian" else LITERAL
+    for t, rng in enumerate(rngs):
+        x = np.empty((n, d)) if x0 is None else x0[t].copy()
+        out["nonfinite"][t], out["t_hit"][t] = _trajectory(
+            rng, x, x0 is None, float(beta), att, code, float(value_std), h, layers, ckpt,
+            float(eps), batch, out["overlap_min"][t], out["overlap_max"][t],
+            out["cluster_class"][t], out["n_clusters"][t], states[t],
+        )
+    return out, states
+
+
+def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,
+                                    attention="sa", noise="gaussian", eps=1e-3, draw_batch=None):
+    """Simulate len(rngs) trajectories of the deep stochastic transformer; one Generator each.
+
+    Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise,
+    nt = len(checkpoint_layers). draw_batch: layers per buffered draw (results do not depend on it).
+    """
+    out, _ = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
+                  draw_batch, None, False)
+    return out
+
+
+def simulate_stochastic_states(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,
+                               attention="sa", noise="gaussian", eps=1e-3, draw_batch=None, x0=None):
+    """As simulate_stochastic_transformer, also returning the states: (states, outputs).
+
+    states: (ntraj, nt, n, d) tokens at each checkpoint (NaN after a non-finite step).
+    x0: optional (ntraj, n, d) start (rows are normalised); then the stream starts with layer 0's
+    noise, no start normals are drawn.
+    """
+    out, states = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise,
+                       eps, draw_batch, x0, True)
+    return states, out

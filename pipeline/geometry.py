@@ -1,0 +1,142 @@
+"""Geometry of final states of the unnormalised flow in R^d [GLPR-E] (models.md section 3).
+
+Post-processing of `z_final` (n, d) and `P_final` (n, n) from `tokensweep.kernels.euclidean_flow`;
+they need scipy, which kernels may not import.
+
+- Clusters: components of the graph with an edge where |z_i - z_j| <= eps * scale (the kernel's
+  rule); scale defaults to the radius max_i |z_i - mean z| of the given state (1 when it is 0).
+  A centre is the mean of its cluster.
+- V = I, Q^T K > 0: the cluster centres are vertices of the polytope conv{z(T)}. Centre c_k is a
+  vertex of conv{centres} iff some direction w separates it strictly from the others:
+      s_k = max_{|w|_inf <= 1} min_{j != k} <w, c_k - c_j> > tol,
+  a small linear programme (scipy.optimize.linprog); d = 1 reduces to "c_k is the min or the max".
+- lambda_1(V) > 0 simple: psi_1 is the left eigenvector of V (eigenvector of V^T) for the
+  eigenvalue of largest real part, unit norm, first non-zero entry positive; the coordinates
+  psi_1^T z_i converge to at most 3 values (typically 2).
+- d = 1: P(t) converges to a Boolean matrix of rank <= 3. Booleanness defect
+      min over Boolean B of sum_ij |P_ij - B_ij| = sum_ij min(P_ij, 1 - P_ij);
+  numerical rank = number of singular values > rtol * largest.
+"""
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial.distance import pdist, squareform
+
+
+def _radius(z):
+    r = np.max(np.linalg.norm(z - z.mean(axis=0), axis=1)) if len(z) else 0.0
+    return r if r > 0 else 1.0
+
+
+def _as_state(z):
+    z = np.asarray(z, dtype=np.float64)
+    if z.ndim != 2:
+        raise ValueError(f"z has shape {z.shape}, but one state (n, d) is expected: "
+                         f"pass z_final[r] for trajectory r")
+    return z
+
+
+def cluster_labels(z, eps=1e-3, scale=None):
+    """Cluster label of each token of z (n, d): components of |z_i - z_j| <= eps * scale.
+
+    Returns (labels (n,) int, number of clusters).
+    """
+    z = _as_state(z)
+    thr = eps * (_radius(z) if scale is None else scale)
+    adjacency = squareform(pdist(z)) <= thr
+    count, labels = connected_components(adjacency, directed=False)
+    return labels, count
+
+
+def cluster_centres(z, eps=1e-3, scale=None):
+    """Means of the clusters of z (n, d) (see `cluster_labels`): (n_clusters, d)."""
+    z = _as_state(z)
+    labels, count = cluster_labels(z, eps, scale)
+    return np.array([z[labels == c].mean(axis=0) for c in range(count)])
+
+
+def vertex_margins(points):
+    """s_k = max_{|w|_inf <= 1} min_{j != k} <w, p_k - p_j> for each row of points (m, d).
+
+    s_k > 0 iff p_k is a vertex of conv{points} (and differs from every other point).
+    A single point gets +inf.
+    """
+    points = np.asarray(points, dtype=np.float64)
+    m, d = points.shape
+    margins = np.full(m, np.inf)
+    if m < 2:
+        return margins
+    for k in range(m):
+        diffs = points[k] - np.delete(points, k, axis=0)  # (m-1, d)
+        # variables (w, s): maximise s subject to s - <w, diffs_j> <= 0, -1 <= w <= 1
+        c = np.zeros(d + 1)
+        c[-1] = -1.0
+        a_ub = np.hstack([-diffs, np.ones((m - 1, 1))])
+        res = linprog(c, A_ub=a_ub, b_ub=np.zeros(m - 1),
+                      bounds=[(-1.0, 1.0)] * d + [(None, None)], method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"vertex LP for point {k} failed: {res.message}")
+        margins[k] = -res.fun
+    return margins
+
+
+def centres_are_hull_vertices(z, eps=1e-3, scale=None, tol=None):
+    """Whether every cluster centre of z (n, d) is a vertex of the hull of the centres.
+
+    Equivalently of conv{z(T)} once clusters have collapsed. tol: margin (see module docstring)
+    below which a centre counts as not a vertex; default eps * scale. d = 1: whether there are at
+    most two clusters (the extremes).
+    """
+    z = _as_state(z)
+    scale = _radius(z) if scale is None else scale
+    tol = eps * scale if tol is None else tol
+    centres = cluster_centres(z, eps, scale)
+    if z.shape[1] == 1:
+        return len(centres) <= 2
+    return bool(np.all(vertex_margins(centres) > tol))
+
+
+def top_left_eigenvector(V):
+    """psi_1: unit left eigenvector of V for the eigenvalue of largest real part (sign fixed).
+
+    Raises ValueError when that eigenvalue is not real.
+    """
+    V = np.atleast_2d(np.asarray(V, dtype=np.float64))
+    vals, vecs = np.linalg.eig(V.T)
+    top = int(np.argmax(vals.real))
+    if abs(vals[top].imag) > 1e-12 * max(1.0, abs(vals[top])):
+        raise ValueError(f"the top eigenvalue of V is {vals[top]}, not real: psi_1 is undefined")
+    psi = np.real(vecs[:, top])
+    psi = psi / np.linalg.norm(psi)
+    first = psi[np.nonzero(np.abs(psi) > 1e-12)[0][0]]
+    return psi * np.sign(first)
+
+
+def psi1_values(z, V, eps=1e-3, scale=None):
+    """Distinct values of the coordinate psi_1^T z_i over the tokens of z (n, d), sorted.
+
+    Sorted coordinates are split where consecutive ones differ by more than eps * scale
+    (scale: default the radius of z); each value is the mean of its group.
+    """
+    z = _as_state(z)
+    coords = np.sort(z @ top_left_eigenvector(V))
+    tol = eps * (_radius(z) if scale is None else scale)
+    breaks = np.nonzero(np.diff(coords) > tol)[0] + 1
+    return np.array([g.mean() for g in np.split(coords, breaks)])
+
+
+def attention_rank_and_booleanness(P, rtol=1e-6):
+    """Numerical rank and Booleanness defect of attention matrices P (..., n, n).
+
+    rank: singular values > rtol * largest. defect: sum_ij min(P_ij, 1 - P_ij), the l1 distance
+    to the nearest Boolean matrix. Returns (rank, defect), arrays of the leading shape (scalars
+    for one matrix).
+    """
+    P = np.asarray(P, dtype=np.float64)
+    s = np.linalg.svd(P, compute_uv=False)
+    rank = np.sum(s > rtol * s[..., :1], axis=-1)
+    defect = np.minimum(P, 1.0 - P).sum(axis=(-2, -1))
+    if P.ndim == 2:
+        return int(rank), float(defect)
+    return rank, defect

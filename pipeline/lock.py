@@ -1,0 +1,77 @@
+"""One writer per store: an exclusive lock file beside the store, with its owner and time.
+
+The lock is created atomically (O_CREAT | O_EXCL) as ``STORE.lock``, holding the host,
+process id and start time of the sweep that writes the store. A second sweep is refused
+with a message naming the owner. A lock whose owner died (same host, process gone) is
+reported as stale but never broken silently: ``tokensweep unlock STORE`` breaks it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from .store import StoreError
+
+
+def lock_path(store: str | Path) -> Path:
+    store = Path(store)
+    return store.with_name(store.name + ".lock")
+
+
+def read_lock(store: str | Path) -> dict | None:
+    try:
+        return json.loads(lock_path(store).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(owner: dict) -> bool | None:
+    """True/False for a process on this host, None when it runs elsewhere (unknown)."""
+    if owner.get("host") != socket.gethostname():
+        return None
+    try:
+        os.kill(int(owner["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def store_lock(store: str | Path):
+    """Hold the store's lock for the duration of the block; refuse if someone else holds it."""
+    path = lock_path(store)
+    owner = {"host": socket.gethostname(), "pid": os.getpid(),
+             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        held = read_lock(store) or {}
+        who = f"pid {held.get('pid', '?')} on {held.get('host', '?')} since {held.get('since', '?')}"
+        stale = _alive(held) is False
+        raise StoreError(
+            f"{store} is being written by another sweep ({who})"
+            + (f"; that process is gone, so the lock is stale: break it with "
+               f"`tokensweep unlock {store}`" if stale else
+               f"; wait for it to finish, or if it is dead, `tokensweep unlock {store}`")
+        ) from None
+    with os.fdopen(fd, "w") as f:
+        json.dump(owner, f)
+    try:
+        yield owner
+    finally:
+        if read_lock(store) == owner:
+            path.unlink(missing_ok=True)
+
+
+def break_lock(store: str | Path) -> dict | None:
+    """Remove the lock (explicit user action); return who held it."""
+    held = read_lock(store)
+    lock_path(store).unlink(missing_ok=True)
+    return held

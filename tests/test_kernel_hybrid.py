@@ -1,0 +1,116 @@
+"""Hybrid noise kernel against a plain-numpy reference, invariants, and the USA threshold.
+
+The reference draws the start (n*d normals) and then one scalar normal per layer with separate
+`standard_normal()` calls, checking that the kernel's buffered draws consume the same stream.
+"""
+
+import numpy as np
+import pytest
+
+from tokensweep.kernels.hybrid import ATTENTIONS, simulate_hybrid, simulate_hybrid_states
+from tokensweep.kernels.outcomes import OUTPUTS
+
+
+def ref_attention(x, beta, kind):
+    n = x.shape[0]
+    s = beta * x @ x.T
+    if kind == "causal_sa":
+        s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+    m = s.max(axis=1)
+    w = np.exp(s - m[:, None])
+    ahat = w @ x
+    if kind == "usa":
+        return ahat, m - np.log(n)
+    return ahat / w.sum(axis=1, keepdims=True), np.zeros(n)
+
+
+def ref_hybrid(rng, n, d, beta, sigma, h, layers, kind):
+    """States (layers, n, d) of x_i <- N(x_i + (h + sigma sqrt(h) xi) A_i)."""
+    x = rng.standard_normal((n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    out = []
+    for _ in range(layers):
+        ahat, c = ref_attention(x, beta, kind)
+        coef = h + sigma * np.sqrt(h) * rng.standard_normal()
+        big = c > 0
+        fx = np.where(big, np.exp(-np.where(big, c, 0.0)), 1.0)
+        fa = np.where(big, coef, coef * np.exp(np.minimum(c, 0.0)))
+        y = fx[:, None] * x + fa[:, None] * ahat
+        x = y / np.linalg.norm(y, axis=1, keepdims=True)
+        out.append(x)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.parametrize("n", [1, 2, 5])
+@pytest.mark.parametrize("d", [2, 3, 7])
+def test_matches_numpy_reference_step_by_step(attention, n, d):
+    layers = 8
+    states, _ = simulate_hybrid_states(
+        [np.random.default_rng(21)], n=n, d=d, beta=2.5, sigma=1.3, T=0.4, layers=layers,
+        checkpoint_layers=np.arange(1, layers + 1), attention=attention, draw_batch=3)
+    want = ref_hybrid(np.random.default_rng(21), n, d, 2.5, 1.3, 0.05, layers, attention)
+    np.testing.assert_allclose(states[0], want, rtol=0, atol=1e-12)
+
+
+def test_outputs_batch_invariance_and_sphere():
+    kw = dict(n=4, d=3, beta=1.0, sigma=0.7, T=3.0, layers=301, checkpoint_layers=[1, 150, 301])
+    runs = [simulate_hybrid_states([np.random.default_rng(s) for s in (1, 2)], draw_batch=b, **kw)
+            for b in (None, 1, 10, None)]
+    for states, out in runs[1:]:
+        np.testing.assert_array_equal(states, runs[0][0])
+        for name in OUTPUTS:
+            np.testing.assert_array_equal(out[name], runs[0][1][name])
+    plain = simulate_hybrid([np.random.default_rng(s) for s in (1, 2)], **kw)
+    assert set(plain) == set(OUTPUTS)
+    for name, spec in OUTPUTS.items():
+        np.testing.assert_array_equal(plain[name], runs[0][1][name])
+        assert plain[name].dtype == np.dtype(spec.dtype)
+    np.testing.assert_allclose(np.linalg.norm(runs[0][0], axis=-1), 1.0, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_stable_at_beta_1e3(attention):
+    states, out = simulate_hybrid_states(
+        [np.random.default_rng(i) for i in range(4)], n=4, d=3, beta=1e3, sigma=2.0, T=2.0,
+        layers=200, checkpoint_layers=[1, 200], attention=attention)
+    assert np.isfinite(states).all() and not out["nonfinite"].any()
+    np.testing.assert_allclose(np.linalg.norm(states, axis=-1), 1.0, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention", ["sa", "usa"])
+def test_permutation_equivariance(attention):
+    """Scalar noise shared by all tokens: permuting the start permutes every state."""
+    x0 = np.random.default_rng(4).standard_normal((1, 6, 3))
+    perm = np.array([5, 2, 0, 1, 4, 3])
+    kw = dict(n=6, d=3, beta=2.0, sigma=0.9, T=1.0, layers=50, checkpoint_layers=[10, 50],
+              attention=attention)
+    s1, _ = simulate_hybrid_states([np.random.default_rng(9)], x0=x0, **kw)
+    s2, _ = simulate_hybrid_states([np.random.default_rng(9)], x0=x0[:, perm], **kw)
+    np.testing.assert_allclose(s2, s1[:, :, perm], rtol=0, atol=1e-12)
+
+
+def test_sigma_zero_is_deterministic_flow():
+    """sigma = 0: the Euler retraction of the attention flow, whatever the random stream."""
+    x0 = np.random.default_rng(4).standard_normal((2, 3, 4))
+    x0[1] = x0[0]
+    kw = dict(n=3, d=4, beta=1.0, sigma=0.0, T=1.0, layers=20, checkpoint_layers=[20], x0=x0)
+    states, _ = simulate_hybrid_states([np.random.default_rng(1), np.random.default_rng(2)], **kw)
+    np.testing.assert_array_equal(states[0], states[1])
+
+
+def test_negative_sigma_refused():
+    with pytest.raises(ValueError, match="sigma = -1.0"):
+        simulate_hybrid([np.random.default_rng(0)], n=2, d=3, beta=1.0, sigma=-1.0, T=1.0,
+                        layers=10, checkpoint_layers=[10])
+
+
+@pytest.mark.parametrize("factor, expected_class", [(0.25, 1), (4.0, 2)])
+def test_usa_threshold_two_tokens(factor, expected_class):
+    """USA, n = 2: sigma^2 below 2 e^-beta -> single cluster, above -> antipodal (models.md 5)."""
+    beta, ntraj = 1.0, 300
+    out = simulate_hybrid(
+        [np.random.default_rng([3, i]) for i in range(ntraj)], n=2, d=3, beta=beta,
+        sigma=np.sqrt(factor * 2 * np.exp(-beta)), T=20.0, layers=2000, checkpoint_layers=[2000],
+        attention="usa")
+    assert np.mean(out["cluster_class"][:, -1] == expected_class) > 0.95

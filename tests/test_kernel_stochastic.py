@@ -1,0 +1,241 @@
+"""Deep stochastic transformer kernel against a plain-numpy reference, plus invariants and statistics.
+
+The reference below is vectorised numpy (no numba) and consumes the random stream exactly as the
+kernel's docstring says: n*d start normals, then per layer min(n, d)*d (gaussian) or d*d (literal).
+"""
+
+import numpy as np
+import pytest
+from scipy.stats import ks_2samp
+
+from tokensweep.kernels.attention import householder_r
+from tokensweep.kernels.outcomes import OUTPUTS
+from tokensweep.kernels.stochastic import (
+    ATTENTIONS,
+    NOISES,
+    simulate_stochastic_states,
+    simulate_stochastic_transformer,
+)
+
+
+def ref_attention(x, beta, kind):
+    """(ahat (n, d), logscale (n,)) with A_i = exp(logscale_i) ahat_i."""
+    n = x.shape[0]
+    s = beta * x @ x.T
+    if kind == "causal_sa":
+        s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+    m = s.max(axis=1)
+    w = np.exp(s - m[:, None])
+    ahat = w @ x
+    if kind == "usa":
+        return ahat, m - np.log(n)
+    return ahat / w.sum(axis=1, keepdims=True), np.zeros(n)
+
+
+def ref_step(x, coef, logscale, direction):
+    """N(x_i + coef exp(c_i) direction_i), the scale applied where it is <= 1."""
+    big = logscale > 0
+    fx = np.where(big, np.exp(-np.where(big, logscale, 0.0)), 1.0)
+    fa = np.where(big, coef, coef * np.exp(np.minimum(logscale, 0.0)))
+    y = fx[:, None] * x + fa[:, None] * direction
+    return y / np.linalg.norm(y, axis=1, keepdims=True)
+
+
+def ref_stochastic(rng, n, d, beta, s, h, layers, kind, noise):
+    """States (layers, n, d) after each layer."""
+    x = rng.standard_normal((n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    out = []
+    for _ in range(layers):
+        ahat, c = ref_attention(x, beta, kind)
+        if noise == "gaussian":
+            w = rng.standard_normal((min(n, d), d))
+            r = np.linalg.qr(ahat.T, mode="r")  # LAPACK Householder, same signs as the kernel
+            direction = s * r.T @ w
+        else:
+            v = rng.standard_normal((d, d))
+            direction = s * ahat @ v.T
+        x = ref_step(x, np.sqrt(h), c, direction)
+        out.append(x)
+    return np.array(out)
+
+
+def run_states(seed, **kw):
+    layers = kw["layers"]
+    states, out = simulate_stochastic_states(
+        [np.random.default_rng(seed)], checkpoint_layers=np.arange(1, layers + 1), **kw
+    )
+    return states[0], out
+
+
+@pytest.mark.parametrize("noise", NOISES)
+@pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.parametrize("n", [1, 2, 5])
+@pytest.mark.parametrize("d", [2, 3, 7])
+def test_matches_numpy_reference_step_by_step(noise, attention, n, d):
+    kw = dict(n=n, d=d, beta=1.7, value_std=0.8, T=0.6, layers=6, attention=attention, noise=noise)
+    got, _ = run_states(11, **kw)
+    want = ref_stochastic(np.random.default_rng(11), n, d, 1.7, 0.8, 0.1, 6, attention, noise)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("noise", NOISES)
+def test_outputs_follow_output_specs(noise):
+    rngs = [np.random.default_rng(i) for i in range(3)]
+    out = simulate_stochastic_transformer(rngs, n=3, d=4, beta=1.0, T=1.0, layers=40,
+                                          checkpoint_layers=[10, 20, 40], noise=noise)
+    assert set(out) == set(OUTPUTS)
+    for name, spec in OUTPUTS.items():
+        assert out[name].dtype == np.dtype(spec.dtype), name
+        assert out[name].shape == ((3, 3) if spec.per_checkpoint else (3,)), name
+
+
+@pytest.mark.parametrize("noise", NOISES)
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_tokens_stay_on_sphere(noise, attention):
+    states, out = simulate_stochastic_states(
+        [np.random.default_rng(3), np.random.default_rng(4)], n=5, d=3, beta=2.0, T=5.0,
+        layers=500, checkpoint_layers=[100, 250, 500], attention=attention, noise=noise)
+    np.testing.assert_allclose(np.linalg.norm(states, axis=-1), 1.0, rtol=0, atol=1e-12)
+    assert not out["nonfinite"].any()
+
+
+def test_householder_r_exact_for_collapsed_tokens():
+    """Coinciding and antipodal tokens make G = A^T A singular; R^T R = G must still hold."""
+    rng = np.random.default_rng(0)
+    u, v = rng.standard_normal(6), rng.standard_normal(6)
+    a = np.array([u, u, -u, v, u + 1e-9 * v])  # rank 2 (up to 1e-9)
+    r = np.zeros((5, 5))
+    householder_r(a, np.empty_like(a), r)
+    np.testing.assert_allclose(r.T @ r, a @ a.T, rtol=0, atol=1e-13)
+    # which rows carry the rank is decided by rounding (as in LAPACK); only R^T R = G matters
+    assert np.all(np.linalg.svd(r, compute_uv=False)[2:] < 1e-8)
+
+
+@pytest.mark.parametrize("noise", NOISES)
+def test_draw_batch_invariance_and_reproducibility(noise):
+    kw = dict(n=3, d=5, beta=1.0, T=2.0, layers=97, checkpoint_layers=[13, 50, 97], noise=noise)
+    runs = [
+        simulate_stochastic_states([np.random.default_rng(5), np.random.default_rng(6)],
+                                   draw_batch=b, **kw)
+        for b in (None, 1, 7, 97, 1000, None)
+    ]
+    for states, out in runs[1:]:
+        np.testing.assert_array_equal(states, runs[0][0])
+        for name in OUTPUTS:
+            np.testing.assert_array_equal(out[name], runs[0][1][name])
+    plain = simulate_stochastic_transformer([np.random.default_rng(5), np.random.default_rng(6)],
+                                            **kw)
+    for name in OUTPUTS:
+        np.testing.assert_array_equal(plain[name], runs[0][1][name])
+
+
+@pytest.mark.parametrize("noise", NOISES)
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_stable_at_beta_1e3(noise, attention):
+    states, out = simulate_stochastic_states(
+        [np.random.default_rng(i) for i in range(4)], n=4, d=3, beta=1e3, T=2.0, layers=200,
+        checkpoint_layers=[1, 100, 200], attention=attention, noise=noise)
+    assert np.isfinite(states).all()
+    assert not out["nonfinite"].any()
+    assert np.isfinite(out["overlap_min"]).all()
+    np.testing.assert_allclose(np.linalg.norm(states, axis=-1), 1.0, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention", ["sa", "usa"])
+def test_permutation_equivariance_literal(attention):
+    """Literal V does not depend on the tokens, so permuting the start permutes every state."""
+    rng = np.random.default_rng(8)
+    x0 = rng.standard_normal((1, 5, 4))
+    perm = np.array([3, 0, 4, 1, 2])
+    kw = dict(n=5, d=4, beta=1.3, T=0.5, layers=20, checkpoint_layers=[5, 20], attention=attention,
+              noise="literal")
+    s1, o1 = simulate_stochastic_states([np.random.default_rng(9)], x0=x0, **kw)
+    s2, o2 = simulate_stochastic_states([np.random.default_rng(9)], x0=x0[:, perm], **kw)
+    np.testing.assert_allclose(s2, s1[:, :, perm], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(o2["overlap_min"], o1["overlap_min"], rtol=0, atol=1e-12)
+
+
+def test_nonfinite_start_is_flagged_not_raised():
+    x0 = np.ones((2, 3, 4))
+    x0[1, 2] = np.nan
+    states, out = simulate_stochastic_states(
+        [np.random.default_rng(0), np.random.default_rng(1)], n=3, d=4, beta=1.0, T=1.0,
+        layers=10, checkpoint_layers=[5, 10], x0=x0)
+    assert out["nonfinite"].tolist() == [False, True]
+    assert np.isnan(out["overlap_min"][1]).all() and np.isnan(out["overlap_max"][1]).all()
+    assert (out["cluster_class"][1] == 0).all() and (out["n_clusters"][1] == 0).all()
+    assert np.isnan(out["t_hit"][1]) and np.isnan(states[1]).all()
+    # identical tokens: a single cluster from the first checkpoint on
+    assert out["cluster_class"][0].tolist() == [1, 1] and out["t_hit"][0] == 0.5
+
+
+def test_overflowing_values_stop_the_trajectory():
+    """value_std = 1e308 overflows the noise to inf at some layer: the rest is NaN / class 0."""
+    states, out = simulate_stochastic_states(
+        [np.random.default_rng(2)], n=2, d=3, beta=1.0, value_std=1e308, T=1.0, layers=50,
+        checkpoint_layers=np.arange(1, 51))
+    assert out["nonfinite"][0]
+    bad = np.isnan(out["overlap_min"][0])
+    assert bad[-1] and np.all(np.diff(bad.astype(int)) >= 0)  # NaN from some checkpoint on
+    assert (out["cluster_class"][0][bad] == 0).all() and (out["n_clusters"][0][bad] == 0).all()
+    assert np.isfinite(states[0][~bad]).all()
+
+
+def test_n1_outputs():
+    out = simulate_stochastic_transformer([np.random.default_rng(0)], n=1, d=3, beta=1.0, T=1.0,
+                                          layers=10, checkpoint_layers=[5, 10])
+    assert out["overlap_min"].tolist() == [[1.0, 1.0]] and out["overlap_max"].tolist() == [[1.0, 1.0]]
+    assert out["cluster_class"].tolist() == [[1, 1]] and out["n_clusters"].tolist() == [[1, 1]]
+    assert out["t_hit"][0] == 0.5
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(d=1), "d = 1"),
+        (dict(n=0), "n = 0"),
+        (dict(noise="wishart"), "noise = 'wishart'"),
+        (dict(attention="mha"), "attention = 'mha'"),
+        (dict(checkpoint_layers=[5, 3]), "checkpoint_layers"),
+        (dict(checkpoint_layers=[5]), "ending at layers = 10"),
+        (dict(eps=0.0), "eps"),
+        (dict(beta=np.nan), "beta"),
+        (dict(value_std=-1.0), "value_std"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(bad, match):
+    kw = dict(n=2, d=3, beta=1.0, T=1.0, layers=10, checkpoint_layers=[5, 10]) | bad
+    with pytest.raises(ValueError, match=match):
+        simulate_stochastic_transformer([np.random.default_rng(0)], **kw)
+
+
+def final_overlaps(seed0, ntraj, n, noise, value_std=1.0):
+    rngs = [np.random.default_rng([seed0, i]) for i in range(ntraj)]
+    out = simulate_stochastic_transformer(rngs, n=n, d=4, beta=1.0, value_std=value_std, T=0.5,
+                                          layers=50, checkpoint_layers=[50], noise=noise)
+    return out["overlap_min"][:, 0]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_gaussian_and_literal_agree_in_distribution(n):
+    """Two-sample KS on final overlap_min; the literal path with a 25 % too large value std (the
+    same as running 56 % longer) must be rejected by the same test, so the test has power."""
+    ntraj = 4000
+    gauss = final_overlaps(1, ntraj, n, "gaussian")
+    literal = final_overlaps(2, ntraj, n, "literal")
+    wrong = final_overlaps(2, ntraj, n, "literal", value_std=1.25)
+    assert ks_2samp(gauss, literal).pvalue > 1e-3
+    assert ks_2samp(gauss, wrong).pvalue < 1e-6
+
+
+def test_two_tokens_d2_antipodal_half():
+    """d = 2: P(antipodal) = 1/2 for uniform starts and every beta (models.md section 4)."""
+    ntraj = 400
+    out = simulate_stochastic_transformer(
+        [np.random.default_rng([7, i]) for i in range(ntraj)], n=2, d=2, beta=2.0, T=20.0,
+        layers=2000, checkpoint_layers=[2000])
+    cls = out["cluster_class"][:, -1]
+    assert np.mean(cls == 0) < 0.05
+    p = np.mean(cls == 2) / np.mean(cls != 0)
+    assert abs(p - 0.5) < 4 * np.sqrt(0.25 / ntraj)
