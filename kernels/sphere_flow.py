@@ -42,7 +42,8 @@ Randomness: per trajectory, from its own Generator: the start, then the matrices
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 from tokensweep.kernels import outcomes
 from tokensweep.kernels.ensembles import (
@@ -81,11 +82,165 @@ OUTPUTS["energy"] = OutputSpec(
 )
 
 
+@intrinsic
+def _int64_bits_as_float64(typingctx, bits):
+    """Reinterpret the bits of an int64 as a float64 (for 2^k in `exp_vec`)."""
+    sig = types.float64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+
+    return sig, codegen
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01  # trailing zeros: k * _LN2_HI is exact for |k| < 2^11
+_LN2_LO = 1.90821492927058770002e-10
+
+
+@njit(nogil=True, cache=True, inline="always")
+def exp_vec(x):
+    """exp(x) within 1 ulp for |x| <= 708, written so that loops over it vectorise (libm's exp
+    does not): x = k ln2 + r (Cody-Waite), |r| <= ln2/2, e^r by its Taylor polynomial of degree 13
+    (truncation < 5e-18), times 2^k built from its bits. x is clamped to [-708, 708] (exp(-708) ~
+    3e-308 stands in for smaller values: a weight relative to the row's largest, 1); NaN stays NaN.
+    """
+    x = x if not (x < -708.0) else -708.0
+    x = x if not (x > 708.0) else 708.0
+    kf = np.floor(x * _LOG2E + 0.5)
+    r = (x - kf * _LN2_HI) - kf * _LN2_LO
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = p * r + 1.0
+    p = p * r + 1.0
+    ki = np.int64(kf) if kf == kf else np.int64(0)  # NaN: any k, p is NaN
+    return p * _int64_bits_as_float64((ki + 1023) << 52)
+
+
 @njit(nogil=True, cache=True)
 def workspace(n, d, heads):
-    """Scratch arrays of the drift: (xt, y, e, row, a, lsh, mt, dfac)."""
-    return (np.empty((d, n)), np.empty((n, d)), np.empty((n, n)), np.empty(n), np.empty((n, d)),
-            np.empty(n), np.empty((d, d)), np.empty(d))
+    """Scratch arrays of the drift: (xt, yt, at, bt, ft (d, n); e (n, n); tot, mx, lsh (n,);
+    mt (d, d); dfac (d,))."""
+    return (np.empty((d, n)), np.empty((d, n)), np.empty((d, n)), np.empty((d, n)),
+            np.empty((d, n)), np.empty((n, n)), np.empty(n), np.empty(n), np.empty(n),
+            np.empty((d, d)), np.empty(d))
+
+
+@njit(nogil=True, cache=True)
+def _weights(x, t, h, par, mats, ws):
+    """Attention of head h in the transposed layout: at[:, i] = sum_j w_ij x_j, lsh[i] = log-scale.
+
+    e[j, i] holds exp(logit_ij - shift_i) for the keys j of query i (j <= i if causal). Every inner
+    loop runs over the query index i, contiguous, with no reduction in it, so LLVM vectorises it
+    without reassociating sums (no fastmath): each sum over j or k is still taken in serial order.
+    """
+    beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0 = par
+    m, v, amp, omega, phase = mats
+    xt, yt, at, bt, ft, e, tot, mx, lsh, mt, dfac = ws
+    n, d = x.shape
+    acc = np.empty(n)
+    symmetric = qk_identity and tv_mode == TV_NONE and beta >= 0.0
+    if symmetric:
+        # e_ij = exp(beta (<x_i, x_j> - c)), c = max_k |x_k|^2 >= <x_i, x_j>: one symmetric matrix
+        c = 0.0
+        for i in range(n):
+            s2 = 0.0
+            for k in range(d):
+                s2 += x[i, k] * x[i, k]
+            c = max(c, s2)
+        for j in range(n):
+            for i in range(j, n):
+                acc[i] = 0.0
+            for k in range(d):
+                xjk = x[j, k]
+                xtk = xt[k]
+                for i in range(j, n):
+                    acc[i] += xjk * xtk[i]
+            ej = e[j]
+            for i in range(j, n):
+                ej[i] = exp_vec(beta * (acc[i] - c))
+        if not causal:
+            for j in range(n):
+                for i in range(j):
+                    e[j, i] = e[i, j]
+        for i in range(n):
+            mx[i] = beta * c
+    else:
+        for p in range(d):
+            dp = 1.0
+            if tv_mode != TV_NONE:
+                dp = amp[h, p] * np.cos(omega[h, p] * t + phase[h, p])
+                if tv_mode == TV_ABS_COS:
+                    dp = abs(dp)
+            for q in range(d):
+                mt[p, q] = dp * m[h, p, q]
+        # yt[:, i] = P(t)^T x_i, so that logit_ij = beta <yt[:, i], x_j>
+        for q in range(d):
+            for i in range(n):
+                yt[q, i] = 0.0
+            for p in range(d):
+                mpq = mt[p, q]
+                for i in range(n):
+                    yt[q, i] += mpq * xt[p, i]
+        for i in range(n):
+            mx[i] = -np.inf
+        for j in range(n):
+            i0 = j if causal else 0
+            for i in range(i0, n):
+                acc[i] = 0.0
+            for q in range(d):
+                xjq = x[j, q]
+                ytq = yt[q]
+                for i in range(i0, n):
+                    acc[i] += xjq * ytq[i]
+            ej = e[j]
+            for i in range(i0, n):
+                ej[i] = beta * acc[i]
+                mx[i] = max(mx[i], ej[i])
+        for j in range(n):
+            ej = e[j]
+            for i in range(j if causal else 0, n):
+                ej[i] = exp_vec(ej[i] - mx[i])
+    for i in range(n):  # acc: a fresh local buffer, so LLVM knows it aliases nothing
+        acc[i] = 0.0
+    for j in range(n):
+        ej = e[j]
+        for i in range(j if causal else 0, n):
+            acc[i] += ej[i]
+    for i in range(n):
+        tot[i] = acc[i]
+    for k in range(d):
+        for i in range(n):
+            acc[i] = 0.0
+        for j in range(n):
+            xjk = x[j, k]
+            ej = e[j]
+            for i in range(j if causal else 0, n):
+                acc[i] += ej[i] * xjk
+        atk = at[k]
+        for i in range(n):
+            atk[i] = acc[i]
+    log_n = np.log(n)
+    for i in range(n):
+        if kind == SA:
+            lsh[i] = log_scale0
+        else:
+            lsh[i] = mx[i] - log_n + log_scale0
+    if kind == SA:
+        for k in range(d):
+            for i in range(n):
+                at[k, i] /= tot[i]
+    return symmetric
 
 
 @njit(nogil=True, cache=True)
@@ -96,120 +251,57 @@ def drift(x, t, par, mats, ws, f, ls):
     v_code, tv_mode, log_scale0). mats: (m (H, d, d) = Q^T K per head, v (H, d, d), amp, omega,
     phase (H, d)). ws: `workspace(n, d, H)`. f: (n, d) output fhat; ls: (n,) output log-scales.
     """
-    beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0 = par
-    m, v, amp, omega, phase = mats
-    xt, y, e, row, a, lsh, mt, dfac = ws
+    causal, v_code = par[2], par[4]
+    v = mats[1]
+    xt, yt, at, bt, ft, e, tot, mx, lsh, mt, dfac = ws
     n, d = x.shape
-    heads = m.shape[0]
-    log_n = np.log(n)
     for i in range(n):
         for k in range(d):
             xt[k, i] = x[i, k]
-    symmetric = qk_identity and tv_mode == TV_NONE and beta >= 0.0
-    if symmetric:
-        # one symmetric weight matrix e_ij = exp(beta (<x_i, x_j> - c)), shared by all heads
-        c = 0.0
-        for i in range(n):
-            s2 = 0.0
-            for k in range(d):
-                s2 += x[i, k] * x[i, k]
-            c = max(c, s2)
-        for i in range(n):
-            for j in range(i + 1):
-                row[j] = 0.0
-            for k in range(d):  # j innermost: vectorisable without reassociation
-                xik = x[i, k]
-                for j in range(i + 1):
-                    row[j] += xik * xt[k, j]
-            for j in range(i + 1):
-                w = np.exp(beta * (row[j] - c))
-                e[i, j] = w
-                e[j, i] = w
-    for h in range(heads):
-        if not symmetric:
+    shared = False
+    for h in range(v.shape[0]):
+        if not shared:  # Q = K = I: every head has the same weights
+            shared = _weights(x, t, h, par, mats, ws)
+        if v_code == V_GENERAL:  # bt[:, i] = V_h at[:, i]
             for p in range(d):
-                dp = 1.0
-                if tv_mode != TV_NONE:
-                    dp = amp[h, p] * np.cos(omega[h, p] * t + phase[h, p])
-                    if tv_mode == TV_ABS_COS:
-                        dp = abs(dp)
+                for i in range(n):
+                    bt[p, i] = 0.0
                 for q in range(d):
-                    mt[p, q] = dp * m[h, p, q]
-            for i in range(n):  # y_i = P(t)^T x_i, so that logit_ij = beta <y_i, x_j>
-                for q in range(d):
-                    y[i, q] = 0.0
-                for p in range(d):
-                    xip = x[i, p]
-                    for q in range(d):
-                        y[i, q] += xip * mt[p, q]
-        for i in range(n):
-            jmax = i + 1 if causal else n
-            if symmetric:
-                for j in range(jmax):
-                    row[j] = e[i, j]
-                mx = beta * c
-            else:
-                for j in range(jmax):
-                    row[j] = 0.0
-                for q in range(d):
-                    yiq = y[i, q]
-                    for j in range(jmax):
-                        row[j] += yiq * xt[q, j]
-                mx = -np.inf
-                for j in range(jmax):
-                    row[j] *= beta
-                    mx = max(mx, row[j])
-                for j in range(jmax):
-                    row[j] = np.exp(row[j] - mx)
-            total = 0.0
-            for k in range(d):
-                a[i, k] = 0.0
-            for j in range(jmax):
-                w = row[j]
-                total += w
-                for k in range(d):
-                    a[i, k] += w * x[j, k]
-            if kind == SA:
-                for k in range(d):
-                    a[i, k] /= total
-                lsh[i] = log_scale0
-            else:
-                lsh[i] = mx - log_n + log_scale0
-        # value: a_i <- V_h a_i, then combine heads in log-scale
-        for i in range(n):
-            if v_code == V_GENERAL:
-                for p in range(d):
-                    dfac[p] = a[i, p]
-                for p in range(d):
-                    acc = 0.0
-                    for q in range(d):
-                        acc += v[h, p, q] * dfac[q]
-                    a[i, p] = acc
-            elif v_code == V_MINUS_IDENTITY:
-                for k in range(d):
-                    a[i, k] = -a[i, k]
-            if h == 0:
+                    vpq = v[h, p, q]
+                    for i in range(n):
+                        bt[p, i] += vpq * at[q, i]
+        else:
+            sign = 1.0 if v_code == V_IDENTITY else -1.0
+            for p in range(d):
+                for i in range(n):
+                    bt[p, i] = sign * at[p, i]
+        if h == 0:
+            for i in range(n):
                 ls[i] = lsh[i]
-                for k in range(d):
-                    f[i, k] = a[i, k]
-            else:
+            for p in range(d):
+                for i in range(n):
+                    ft[p, i] = bt[p, i]
+        else:  # combine heads in log-scale
+            for i in range(n):
                 top = max(ls[i], lsh[i])
-                s_old = np.exp(ls[i] - top)
-                s_new = np.exp(lsh[i] - top)
+                tot[i] = exp_vec(ls[i] - top)
+                mx[i] = exp_vec(lsh[i] - top)
                 ls[i] = top
-                for k in range(d):
-                    f[i, k] = s_old * f[i, k] + s_new * a[i, k]
-    i0 = 0
+            for p in range(d):
+                for i in range(n):
+                    ft[p, i] = tot[i] * ft[p, i] + mx[i] * bt[p, i]
+    # tangent projection P_{x_i}, back to the (n, d) layout
+    for i in range(n):
+        tot[i] = 0.0
+    for k in range(d):
+        for i in range(n):
+            tot[i] += xt[k, i] * ft[k, i]
+    for i in range(n):
+        for k in range(d):
+            f[i, k] = ft[k, i] - tot[i] * x[i, k]
     if causal and v_code != V_GENERAL:  # V = +-I: A_1 = +-x_1 exactly, token 1 does not move at all
-        i0 = 1
         for k in range(d):
             f[0, k] = 0.0
-    for i in range(i0, n):  # tangent projection P_{x_i}
-        dot = 0.0
-        for k in range(d):
-            dot += x[i, k] * f[i, k]
-        for k in range(d):
-            f[i, k] -= dot * x[i, k]
 
 
 @njit(nogil=True, cache=True)

@@ -49,6 +49,21 @@ def software_versions() -> dict[str, str]:
     return versions
 
 
+def code_version() -> str:
+    """`git describe` of the source tree when it is a checkout, else the package version."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=here,
+                             capture_output=True, text=True, timeout=5)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return f"tokensweep {software_versions()['tokensweep']} (not a git checkout)"
+
+
 def template(sweep: SweepBase) -> xr.Dataset:
     """The empty cube (lazy: nothing is allocated), with metadata and chunking."""
     plan = Plan(sweep)
@@ -100,6 +115,7 @@ def template(sweep: SweepBase) -> xr.Dataset:
         "seeding_scheme": SEEDING_SCHEME,
         SPEC_ATTR: json.dumps(sweep.model_dump(mode="json")),
         "software_versions": json.dumps(software_versions()),
+        "code_version": code_version(),
         "created_on": socket.gethostname(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "Conventions": "CF-1.10",

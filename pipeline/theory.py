@@ -62,7 +62,7 @@ __all__ = [
 
 _ATTENTIONS = ("sa", "usa")
 _Y = 20.0  # |artanh rho| beyond which the integrands are exact exponentials (to e^-40)
-_N_NODES = 512  # Gauss-Legendre nodes on [y0, Y] (converged to ~1e-12, see tests)
+_N_NODES = 512  # Gauss-Legendre nodes on [y0, Y]: within 1e-14 of 3000 nodes (d <= 20, beta <= 200)
 _U, _W = special.roots_legendre(_N_NODES)
 _U, _W = (_U + 1) / 2, _W / 2  # mapped to [0, 1]
 

@@ -213,8 +213,8 @@ def test_permutation_equivariance_non_causal():
     n, d, heads = 7, 4, 2
     rng = np.random.default_rng(0)
     x = normalise(rng.standard_normal((n, d)))
-    m = rng.standard_normal((heads, d, d))
-    v = rng.standard_normal((heads, d, d))
+    m = rng.standard_normal((heads, d, d)) / np.sqrt(d)
+    v = rng.standard_normal((heads, d, d)) / np.sqrt(d)
     zeros = np.zeros((heads, d))
     perm = rng.permutation(n)
     for kind in (sf.SA, sf.USA):
@@ -223,8 +223,8 @@ def test_permutation_equivariance_non_causal():
             xs = [x.copy(), x[perm].copy()]
             for y in xs:
                 for s in range(20):
-                    sf.step(y, 0.1 * s, 0.1, integrator, par, (m, v, zeros, zeros, zeros),
-                            sf.workspace(n, d, heads), np.empty((5, n, d)), np.empty(n))
+                    assert sf.step(y, 0.1 * s, 0.1, integrator, par, (m, v, zeros, zeros, zeros),
+                                   sf.workspace(n, d, heads), np.empty((5, n, d)), np.empty(n))
             np.testing.assert_allclose(xs[0][perm], xs[1], rtol=0, atol=1e-13)
 
 
