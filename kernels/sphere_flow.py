@@ -159,15 +159,23 @@ def _weights(x, t, h, par, mats, ws):
                 s2 += x[i, k] * x[i, k]
             c = max(c, s2)
         for j in range(n):
-            for i in range(j, n):
+            nj = n - j
+            for i in range(nj):
                 acc[i] = 0.0
-            for k in range(d):
-                xjk = x[j, k]
-                xtk = xt[k]
-                for i in range(j, n):
+            k = 0
+            while k + 4 <= d:  # 4 terms per pass, added in the same order as one at a time
+                x0, x1, x2, x3 = x[j, k], x[j, k + 1], x[j, k + 2], x[j, k + 3]
+                t0, t1, t2, t3 = xt[k, j:], xt[k + 1, j:], xt[k + 2, j:], xt[k + 3, j:]
+                for i in range(nj):
+                    acc[i] = (((acc[i] + x0 * t0[i]) + x1 * t1[i]) + x2 * t2[i]) + x3 * t3[i]
+                k += 4
+            for kk in range(k, d):
+                xjk = x[j, kk]
+                xtk = xt[kk, j:]
+                for i in range(nj):
                     acc[i] += xjk * xtk[i]
-            ej = e[j]
-            for i in range(j, n):
+            ej = e[j, j:]
+            for i in range(nj):
                 ej[i] = exp_vec(beta * (acc[i] - c))
         if not causal:
             for j in range(n):
@@ -186,50 +194,64 @@ def _weights(x, t, h, par, mats, ws):
                 mt[p, q] = dp * m[h, p, q]
         # yt[:, i] = P(t)^T x_i, so that logit_ij = beta <yt[:, i], x_j>
         for q in range(d):
+            ytq = yt[q]
             for i in range(n):
-                yt[q, i] = 0.0
+                ytq[i] = 0.0
             for p in range(d):
                 mpq = mt[p, q]
+                xtp = xt[p]
                 for i in range(n):
-                    yt[q, i] += mpq * xt[p, i]
+                    ytq[i] += mpq * xtp[i]
         for i in range(n):
             mx[i] = -np.inf
         for j in range(n):
             i0 = j if causal else 0
-            for i in range(i0, n):
+            nj = n - i0
+            for i in range(nj):
                 acc[i] = 0.0
             for q in range(d):
                 xjq = x[j, q]
-                ytq = yt[q]
-                for i in range(i0, n):
+                ytq = yt[q, i0:]
+                for i in range(nj):
                     acc[i] += xjq * ytq[i]
-            ej = e[j]
-            for i in range(i0, n):
+            ej = e[j, i0:]
+            mxj = mx[i0:]
+            for i in range(nj):
                 ej[i] = beta * acc[i]
-                mx[i] = max(mx[i], ej[i])
+                mxj[i] = max(mxj[i], ej[i])
         for j in range(n):
-            ej = e[j]
-            for i in range(j if causal else 0, n):
-                ej[i] = exp_vec(ej[i] - mx[i])
-    for i in range(n):  # acc: a fresh local buffer, so LLVM knows it aliases nothing
-        acc[i] = 0.0
-    for j in range(n):
-        ej = e[j]
-        for i in range(j if causal else 0, n):
-            acc[i] += ej[i]
+            i0 = j if causal else 0
+            ej = e[j, i0:]
+            mxj = mx[i0:]
+            for i in range(n - i0):
+                ej[i] = exp_vec(ej[i] - mxj[i])
+    # sums over keys j in serial order; inner loops over queries i >= i0, as views from 0
     for i in range(n):
-        tot[i] = acc[i]
+        tot[i] = 0.0
+    for j in range(n):
+        i0 = j if causal else 0
+        ej = e[j, i0:]
+        totj = tot[i0:]
+        for i in range(n - i0):
+            totj[i] += ej[i]
     for k in range(d):
-        for i in range(n):
-            acc[i] = 0.0
-        for j in range(n):
-            xjk = x[j, k]
-            ej = e[j]
-            for i in range(j if causal else 0, n):
-                acc[i] += ej[i] * xjk
         atk = at[k]
         for i in range(n):
-            atk[i] = acc[i]
+            atk[i] = 0.0
+        j = 0
+        while not causal and j + 4 <= n:  # 4 keys per pass, same order as one at a time
+            x0, x1, x2, x3 = x[j, k], x[j + 1, k], x[j + 2, k], x[j + 3, k]
+            e0, e1, e2, e3 = e[j], e[j + 1], e[j + 2], e[j + 3]
+            for i in range(n):
+                atk[i] = (((atk[i] + e0[i] * x0) + e1[i] * x1) + e2[i] * x2) + e3[i] * x3
+            j += 4
+        for jj in range(j, n):
+            i0 = jj if causal else 0
+            xjk = x[jj, k]
+            ej = e[jj, i0:]
+            atkj = at[k, i0:]
+            for i in range(n - i0):
+                atkj[i] += ej[i] * xjk
     log_n = np.log(n)
     for i in range(n):
         if kind == SA:
@@ -238,8 +260,9 @@ def _weights(x, t, h, par, mats, ws):
             lsh[i] = mx[i] - log_n + log_scale0
     if kind == SA:
         for k in range(d):
+            atk = at[k]
             for i in range(n):
-                at[k, i] /= tot[i]
+                atk[i] /= tot[i]
     return symmetric
 
 

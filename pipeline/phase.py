@@ -103,7 +103,7 @@ def _done_mask(ds: xr.Dataset):
     """
     if "status" not in ds or "block" not in ds["status"].dims:
         return None
-    status = ds["status"]
+    status = ds["status"].load()  # tiny (one value per partition); indexing it lazily explodes the graph
     meanings = str(status.attrs.get("flag_meanings", "pending done failed")).split()
     values = list(status.attrs.get("flag_values", range(len(meanings))))
     n_traj, n_blocks = ds.sizes["traj"], ds.sizes["block"]
