@@ -4,6 +4,7 @@
     $ tokensweep status results/quickstart.zarr   # partitions done / pending / failed
     $ tokensweep report results/quickstart.zarr   # phase.png + report.md
     $ tokensweep models                           # the models a spec can name
+    $ tokensweep serve --scheduler-file sched.json  # launch and retry sweeps from the UI
 
 Bad input (a spec or store that cannot be used) exits with code 2 and one message
 naming the field and the fix, before anything is computed or written.
@@ -15,12 +16,13 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import typer
 import yaml
 
 from ..pipeline.spec import SpecError, load_sweep, resolve_spec_path
 from ..pipeline.store import DONE, FAILED, PENDING, StoreError, spec_differences, stored_sweep, \
-    NEW_STORE_HINT
+    NEW_STORE_HINT, read_status
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Phase diagrams of token clustering in deep Transformers.")
@@ -28,6 +30,9 @@ server_app = typer.Typer(help="The local Prefect server (UI at its URL without /
 app.add_typer(server_app, name="server")
 
 StoreArg = typer.Argument(..., help="path of a tokensweep zarr store")
+WorkersOpt = typer.Option(None, min=1, help="local Dask worker processes [default: cores]")
+SchedulerOpt = typer.Option(None, help="address of an existing Dask scheduler (tcp://HOST:PORT)")
+SchedulerFileOpt = typer.Option(None, help="scheduler file of an existing Dask cluster")
 
 
 def _fail(message: str, code: int = 2):
@@ -48,6 +53,7 @@ def resolve_run(spec_path: str, store: Optional[str], partition_traj: Optional[i
         diff = spec_differences(old, sweep)
         if diff:
             raise StoreError(f"{path} holds a different spec ({'; '.join(diff)}): {NEW_STORE_HINT}")
+        read_status(path)  # a damaged store is refused here, before any flow starts
     _refuse_if_locked(path)
     return sweep
 
@@ -58,6 +64,15 @@ def _refuse_if_locked(store: Path) -> None:
     if read_lock(store) is not None:
         with store_lock(store):  # raises StoreError naming the owner (and staleness)
             pass
+
+
+def _scheduler(scheduler: Optional[str], scheduler_file: Optional[str]) -> Optional[str]:
+    from .run import ClusterError, resolve_scheduler
+
+    try:
+        return resolve_scheduler(scheduler, scheduler_file)
+    except ClusterError as err:
+        _fail(str(err))
 
 
 def _execute(sweep, **options) -> None:
@@ -78,10 +93,10 @@ def _execute(sweep, **options) -> None:
 def run(
     spec: str = typer.Argument(..., help="YAML spec file, or the name of a catalog entry"),
     store: Optional[str] = typer.Option(None, help="zarr store path (overrides the spec's `store`)"),
-    workers: Optional[int] = typer.Option(None, min=1, help="local Dask worker processes [default: cores]"),
+    workers: Optional[int] = WorkersOpt,
     partition_traj: Optional[int] = typer.Option(None, min=1, help="trajectories per partition"),
-    scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler"),
-    scheduler_file: Optional[str] = typer.Option(None, help="scheduler file of an existing Dask cluster"),
+    scheduler: Optional[str] = SchedulerOpt,
+    scheduler_file: Optional[str] = SchedulerFileOpt,
     progress: bool = typer.Option(True, help="show a progress bar over partitions"),
 ):
     """Run a sweep (or resume it: only partitions not done are computed), then report."""
@@ -89,7 +104,7 @@ def run(
         sweep = resolve_run(spec, store, partition_traj)
     except (SpecError, StoreError) as err:
         _fail(str(err))
-    _execute(sweep, workers=workers, scheduler=scheduler, scheduler_file=scheduler_file,
+    _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
              progress=progress)
 
 
@@ -97,45 +112,64 @@ def run(
 def rerun(
     store: str = StoreArg,
     failed_only: bool = typer.Option(False, "--failed-only", help="only partitions marked failed"),
-    workers: Optional[int] = typer.Option(None, min=1, help="local Dask worker processes [default: cores]"),
-    scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler"),
+    workers: Optional[int] = WorkersOpt,
+    scheduler: Optional[str] = SchedulerOpt,
+    scheduler_file: Optional[str] = SchedulerFileOpt,
     progress: bool = typer.Option(True, help="show a progress bar over partitions"),
 ):
     """Redo the partitions of STORE that are not done (or only the failed ones), with its own spec."""
     try:
         sweep = stored_sweep(store).model_copy(update={"store": store})
+        read_status(store)
         _refuse_if_locked(Path(store))
     except StoreError as err:
         _fail(str(err))
-    _execute(sweep, workers=workers, scheduler=scheduler, failed_only=failed_only, progress=progress)
+    _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
+             failed_only=failed_only, progress=progress)
 
 
 @app.command()
 def unlock(store: str = StoreArg):
     """Break the lock of STORE left by a sweep that died (check that none is running first)."""
-    from ..pipeline.lock import break_lock
+    from ..pipeline.lock import break_lock, lock_path, owner_text
 
+    if not Path(store).exists() and not lock_path(store).exists():
+        _fail(f"no store at {store} and no lock beside it: check the path")
     held = break_lock(store)
-    typer.echo(f"broke the lock held by {held}" if held else f"{store} was not locked")
+    typer.echo(f"broke the lock held by {owner_text(held)}" if held is not None
+               else f"{store} was not locked")
 
 
 @app.command()
 def status(store: str = StoreArg):
-    """Partitions done / pending / failed (failed ones listed by cell and trajectory block)."""
+    """Partitions done / pending / failed; each failed one with its cell, block and error."""
+    from ..pipeline.lock import describe_lock
     from ..pipeline.plan import Plan
-    from ..pipeline.store import read_status
+    from ..pipeline.store import read_error, read_partition_table
 
     try:
         sweep = stored_sweep(store)
-        flat = read_status(store)
+        flat = read_partition_table(store, "status")
+        started = read_partition_table(store, "started")
     except StoreError as err:
         _fail(str(err))
     plan = Plan(sweep)
     counts = {name: int((flat == code).sum()) for name, code in
               (("done", DONE), ("pending", PENDING), ("failed", FAILED))}
     typer.echo(f"{sweep.name}: {len(plan)} partitions: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    lock = describe_lock(store)
+    if lock:
+        typer.echo(f"  locked by {lock}")
+    unfinished = int(((flat == PENDING) & ~np.isnan(started)).sum())
+    if unfinished:
+        typer.echo(f"  {unfinished} pending partition(s) started but not finished "
+                   "(running now, or killed: a rerun redoes them)")
     for index in (flat == FAILED).nonzero()[0]:
-        typer.echo(f"  failed: partition {index} ({plan.label(plan[int(index)])})")
+        index = int(index)
+        record = read_error(store, index) or {}
+        error = record.get("error", "error not recorded").splitlines()[-1]
+        where = f" on {record['host']}" if record.get("host") else ""
+        typer.echo(f"  failed: partition {index} ({plan.label(plan[index])}){where}: {error}")
 
 
 @app.command()
@@ -145,12 +179,13 @@ def report(
 ):
     """Write phase.png and report.md (empirical probabilities against the closed forms)."""
     from ..pipeline.report import write_report
-    from ..pipeline.store import open_cube, read_status
+    from ..pipeline.store import open_cube
 
     try:
-        flat = read_status(store) if Path(store).exists() else None
+        stored_sweep(store)
+        flat = read_status(store)
         with open_cube(store) as ds:
-            if flat is not None and (flat != DONE).any():
+            if (flat != DONE).any():
                 typer.echo(f"warning: {(flat != DONE).sum()} partitions not done; "
                            "the report covers done partitions' cells only", err=True)
             paths = write_report(ds, Path(out) if out else Path(store).with_suffix(".report"))
@@ -167,6 +202,28 @@ def models():
 
     for entry in REGISTRY.values():
         typer.echo(f"{entry.name:24s} {entry.summary}")
+
+
+@app.command()
+def serve(
+    name: str = typer.Option("tokensweep", help="deployment name (the flow is `sweep`)"),
+    workers: Optional[int] = WorkersOpt,
+    scheduler: Optional[str] = SchedulerOpt,
+    scheduler_file: Optional[str] = SchedulerFileOpt,
+    limit: Optional[int] = typer.Option(None, min=1, help="most flow runs at once [default: no limit]"),
+):
+    """Register the `sweep/NAME` deployment and run sweeps launched (or retried) from the UI.
+
+        $ tokensweep serve --scheduler-file ~/sched.json
+        $ prefect deployment run sweep/tokensweep -p store=results/q.zarr --params '{"spec": {...}}'
+
+    Runs until interrupted; each flow run uses the cluster chosen here (a new local
+    cluster per run by default).
+    """
+    from .serve import serve_sweeps
+
+    address = _scheduler(scheduler, scheduler_file)
+    serve_sweeps(name, workers=workers, scheduler=address, limit=limit)
 
 
 @server_app.command("start")

@@ -3,7 +3,9 @@
 validate -> plan -> prepare store -> one task per partition not yet done (on whatever
 task runner the caller chose, a DaskTaskRunner by default) -> report. Tasks are
 idempotent (the store's status decides), so a rerun of the flow, from the CLI or the
-UI's Retry, only computes partitions that are not done.
+UI's Retry, only computes partitions that are not done. Tasks neither cache nor persist
+results (``cache_policy=NONE``): a cached "done" could outlive the store it describes,
+and a retried flow run must ask the store again, never Prefect.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..pipeline.execute import pending_partitions, run_partition
 from ..pipeline.lock import store_lock
 from ..pipeline.plan import Plan
 from ..pipeline.spec import parse_sweep
-from ..pipeline.store import FAILED, open_cube, prepare_store, read_status
+from ..pipeline.store import FAILED, open_cube, prepare_store, read_status, record_provenance
 
 PARTITION_RETRIES = 2
 
@@ -31,6 +33,7 @@ PARTITION_RETRIES = 2
     retries=PARTITION_RETRIES,
     retry_delay_seconds=1,
     cache_policy=NONE,  # the store's status, not Prefect's cache, decides what is done
+    persist_result=False,
 )
 def partition_task(spec: dict, store: str, index: int, label: str) -> dict:
     return asdict(run_partition(parse_sweep(spec), store, index))
@@ -63,7 +66,9 @@ def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool
         else:
             todo = pending_partitions(sweep, store)
         logger.info("%s store %s: %d of %d partitions to run", created, store, len(todo), len(plan))
-        computed, failed = _run_partitions(sweep.model_dump(mode="json"), store, plan, todo, progress)
+        computed, failed, hosts = _run_partitions(sweep.model_dump(mode="json"), store, plan, todo,
+                                                  progress)
+        record_provenance(store, hosts)
 
     summary = {"store": store, "partitions": len(plan), "computed": computed, "failed": len(failed)}
     if failed:
@@ -79,15 +84,18 @@ def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool
 def _run_partitions(spec: dict, store: str, plan: Plan, todo: list[int], progress: bool):
     futures = [partition_task.submit(spec, store, i, plan.label(plan[i])) for i in todo]
     index_of = {f.task_run_id: i for f, i in zip(futures, todo)}
-    computed, failed = 0, []
+    computed, failed, hosts = 0, [], set()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, disable=not progress) as bar:
         tracker = bar.add_task(spec["name"], total=len(futures))
         for future in as_completed(futures):
             try:
-                computed += not future.result()["skipped"]
+                result = future.result()
+                computed += not result["skipped"]
+                if not result["skipped"]:
+                    hosts.add(result["host"])
             except Exception as exc:  # listed below; the other partitions go on
                 index = index_of[future.task_run_id]
                 failed.append(f"partition {index} ({plan.label(plan[index])}): {exc}")
             bar.advance(tracker)
-    return computed, failed
+    return computed, failed, hosts

@@ -4,11 +4,16 @@
 or a loop in this process). It is idempotent: a partition whose status is already
 ``done`` is skipped, and a rerun of one that failed or was killed writes exactly the
 same numbers, because its randomness depends only on (seed, cell, trajectory).
+
+Order of writes: ``started`` (the partition is running) -> outputs -> timing -> status.
+A failure first keeps its error beside the store (``STORE.errors/INDEX.json``, with
+the host and the traceback) and then marks the status failed.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 import traceback
 from dataclasses import dataclass
@@ -21,10 +26,14 @@ from .models import model_entry
 from .plan import Partition, Plan
 from .seeds import trajectory_rngs
 from .spec import SweepBase
-from .store import DONE, FAILED, read_status, write_outputs, write_status
+from .store import (DONE, FAILED, clear_error, mark_started, read_status, write_error,
+                    write_outputs, write_status)
 
-# Test-only fault injection: "INDEX[,INDEX...]" makes those partitions raise.
+# Test-only fault injection: "INDEX[,INDEX...]" makes those partitions raise. The same
+# list may come from a file named by FAIL_PARTITIONS_FILE_ENV, read at each partition, so
+# a test can switch faults on and off under long-lived workers (a retry that succeeds).
 FAIL_PARTITIONS_ENV = "TOKENSWEEP_FAIL_PARTITIONS"
+FAIL_PARTITIONS_FILE_ENV = "TOKENSWEEP_FAIL_PARTITIONS_FILE"
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,7 @@ class PartitionResult:
     skipped: bool
     seconds: float
     nonfinite: int = 0
+    host: str = ""
 
 
 def simulate_partition(sweep: SweepBase, part: Partition) -> dict[str, np.ndarray]:
@@ -50,8 +60,14 @@ def _partition_done(store: Path, plan: Plan, part: Partition) -> bool:
 
 
 def _injected_failure(index: int) -> None:
-    wanted = os.environ.get(FAIL_PARTITIONS_ENV, "")
-    if str(index) in wanted.split(","):
+    wanted = os.environ.get(FAIL_PARTITIONS_ENV, "").split(",")
+    switch = os.environ.get(FAIL_PARTITIONS_FILE_ENV)
+    if switch:
+        try:
+            wanted += Path(switch).read_text().replace("\n", ",").split(",")
+        except OSError:
+            pass
+    if str(index) in (w.strip() for w in wanted):
         raise RuntimeError(f"injected failure in partition {index} ({FAIL_PARTITIONS_ENV})")
 
 
@@ -60,21 +76,27 @@ def run_partition(sweep: SweepBase, store: str | Path, index: int) -> PartitionR
     plan = Plan(sweep)
     part = plan[index]
     label = plan.label(part)
+    host = socket.gethostname()
     if _partition_done(Path(store), plan, part):
-        return PartitionResult(index, label, skipped=True, seconds=0.0)
+        return PartitionResult(index, label, skipped=True, seconds=0.0, host=host)
     started = time.time()
+    mark_started(store, plan, part, started)
     try:
         _injected_failure(index)
         outputs = simulate_partition(sweep, part)
         write_outputs(store, plan, part, outputs)
-    except BaseException:
+    except BaseException as exc:
+        write_error(store, index, {"label": label, "host": host, "pid": os.getpid(),
+                                   "error": describe_failure(exc),
+                                   "traceback": traceback.format_exc(), "at": time.time()})
         write_status(store, plan, part, FAILED, started, time.time())
         raise
     finished = time.time()
+    clear_error(store, index)
     write_status(store, plan, part, DONE, started, finished)
     nonfinite = int(np.count_nonzero(outputs.get("nonfinite", 0)))
     return PartitionResult(index, label, skipped=False, seconds=finished - started,
-                           nonfinite=nonfinite)
+                           nonfinite=nonfinite, host=host)
 
 
 def pending_partitions(sweep: SweepBase, store: str | Path) -> list[int]:

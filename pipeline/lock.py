@@ -52,15 +52,7 @@ def store_lock(store: str | Path):
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
-        held = read_lock(store) or {}
-        who = f"pid {held.get('pid', '?')} on {held.get('host', '?')} since {held.get('since', '?')}"
-        stale = _alive(held) is False
-        raise StoreError(
-            f"{store} is being written by another sweep ({who})"
-            + (f"; that process is gone, so the lock is stale: break it with "
-               f"`tokensweep unlock {store}`" if stale else
-               f"; wait for it to finish, or if it is dead, `tokensweep unlock {store}`")
-        ) from None
+        raise StoreError(f"{store} is being written by another sweep ({describe_lock(store)})") from None
     with os.fdopen(fd, "w") as f:
         json.dump(owner, f)
     try:
@@ -68,6 +60,21 @@ def store_lock(store: str | Path):
     finally:
         if read_lock(store) == owner:
             path.unlink(missing_ok=True)
+
+
+def owner_text(held: dict) -> str:
+    return f"pid {held.get('pid', '?')} on {held.get('host', '?')} since {held.get('since', '?')}"
+
+
+def describe_lock(store: str | Path) -> str | None:
+    """Who holds the lock and what to do about it; None when the store is not locked."""
+    if not lock_path(store).exists():
+        return None
+    held = read_lock(store) or {}
+    if _alive(held) is False:
+        return (f"{owner_text(held)}; that process is gone, so the lock is stale: "
+                f"break it with `tokensweep unlock {store}`")
+    return f"{owner_text(held)}; wait for it to finish, or if it is dead, `tokensweep unlock {store}`"
 
 
 def break_lock(store: str | Path) -> dict | None:

@@ -18,6 +18,12 @@ chi-square statistic with one degree of freedom per cell.
 The closed form applies to two tokens with Q = K = I: the deep stochastic transformer (SA or USA,
 theory.antipodal_probability) and the hybrid model (theory.hybrid_antipodal_probability, with the
 ``sigma`` coordinate).  Everything else gets NaN.
+
+More than two tokens ([F26] Figs. 6-7): a trajectory has an antipodal pair at checkpoint t when
+overlap_min(t) <= -1 + eps, i.e. some pair is within eps of antipodal whatever the other tokens do.
+`any_antipodal_table` gives, per cell and checkpoint, p_any = n_any / N with its Wilson interval, and
+its persistence: the fraction p_persist of trajectories whose antipodal pair, present at t, is
+present at every later checkpoint as well (p_persist <= p_any; equal when no pair ever comes apart).
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from scipy import stats
 
 from . import theory
 
-__all__ = ["wilson_interval", "theory_probability", "antipodal_table", "agrees", "chi_square_summary"]
+__all__ = ["wilson_interval", "theory_probability", "antipodal_table", "agrees", "chi_square_summary",
+           "any_antipodal_table", "done_finite"]
 
 CLASS_UNRESOLVED, CLASS_SINGLE, CLASS_ANTIPODAL = 0, 1, 2
 TRANSFORMER_MODELS = ("stochastic_transformer", "deep_stochastic_transformer")
@@ -190,3 +197,54 @@ def chi_square_summary(table: xr.Dataset) -> dict:
     z = z[np.isfinite(z)]
     chi2, dof = float(np.sum(z**2)), int(z.size)
     return {"chi2": chi2, "dof": dof, "p_value": float(stats.chi2.sf(chi2, dof)) if dof else np.nan}
+
+
+def done_finite(ds: xr.Dataset, like: xr.DataArray) -> xr.DataArray:
+    """Trajectories to count (grid..., traj): in a done partition and never non-finite."""
+    done = _done_mask(ds)
+    done = xr.ones_like(like, dtype=bool) if done is None else done
+    if "nonfinite" in ds:
+        done = done & ~ds["nonfinite"]
+    return done
+
+
+def any_antipodal_table(ds: xr.Dataset, eps: float | None = None, level: float = 0.95) -> xr.Dataset:
+    """P(at least one antipodal pair) per grid cell and checkpoint, with persistence over t.
+
+    A trajectory counts at checkpoint t when overlap_min(t) <= -1 + eps (eps: the store's, default
+    1e-3); it persists from t when it counts at every checkpoint >= t.  Returns a Dataset over
+    (grid..., t): n_traj, n_any, p_any, lo, hi (Wilson, `level`), n_persist, p_persist.
+
+    >>> ds = xr.Dataset({"overlap_min": (("n", "t", "traj"), [[[-1.0, -1.0, 0.2], [-1.0, 0.9, -1.0]]])},
+    ...                 coords={"n": [4], "t": [1.0, 2.0]}, attrs={"eps": 1e-3})
+    >>> tab = any_antipodal_table(ds)
+    >>> tab.n_any.values.tolist(), tab.n_persist.values.tolist()
+    ([[2, 2]], [[1, 2]])
+    """
+    if "overlap_min" not in ds or "t" not in ds["overlap_min"].dims:
+        raise KeyError("any_antipodal_table needs 'overlap_min' over (grid..., t, traj); "
+                       f"the Dataset has {sorted(ds.data_vars)}")
+    eps = float(ds.attrs.get("eps", 1e-3) if eps is None else eps)
+    om = ds["overlap_min"]
+    keep = done_finite(ds, om.isel(t=0, drop=True))
+    hit = (om <= -1 + eps) & keep
+    # persistent from t: hit at t and at every later checkpoint (reverse cumulative "and")
+    persist = hit.isel(t=slice(None, None, -1)).cumprod("t").isel(t=slice(None, None, -1)).astype(bool)
+    table = xr.Dataset({
+        "n_traj": keep.sum("traj").broadcast_like(hit.isel(traj=0, drop=True)),
+        "n_any": hit.sum("traj"),
+        "n_persist": persist.sum("traj"),
+    }).compute().astype("int64")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        valid = table.n_traj.where(table.n_traj > 0)
+        table["p_any"] = table.n_any / valid
+        table["p_persist"] = table.n_persist / valid
+    lo, hi = wilson_interval(table.n_any, table.n_traj, level)
+    table["lo"], table["hi"] = table.n_any.copy(data=lo), table.n_any.copy(data=hi)
+    table.attrs = {**ds.attrs, "level": level, "eps": eps}
+    for name, text in [("n_traj", "finite trajectories of done partitions"),
+                       ("p_any", "P(at least one antipodal pair)"),
+                       ("p_persist", "P(antipodal pair present from t to the last checkpoint)"),
+                       ("lo", f"Wilson {level:.0%} lower bound"), ("hi", f"Wilson {level:.0%} upper bound")]:
+        table[name].attrs.update(long_name=text, units="1")
+    return table

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import numpy as np
 import yaml
@@ -132,6 +133,18 @@ class HybridGrid(Grid):
         bad = [v for v in values if not math.isfinite(v) or v < 0]
         if bad:
             raise ValueError(f"contains {bad}, but sigma must be finite and >= 0")
+        return values
+
+
+class EuclideanGrid(Grid):
+    """Tokens in R^d [GLPR-E]: d = 1 is allowed (no sphere to live on)."""
+
+    @field_validator("d")
+    @classmethod
+    def _sphere_dimension(cls, values):  # same name: replaces Grid's d >= 2 rule
+        bad = [v for v in values if v < 1]
+        if bad:
+            raise ValueError(f"contains {bad}, but R^d needs d >= 1: remove them from grid.d")
         return values
 
 
@@ -246,11 +259,151 @@ class HybridSweep(SweepBase):
     grid: HybridGrid
 
 
+# names and constraints of the kernels' options, kept here so that parsing a spec does not import
+# numba; tests/test_models_pipeline.py checks them against kernels/sphere_flow.py and ensembles.py
+SPHERE_ATTENTIONS = ("sa", "usa", "causal_sa", "causal_usa")
+QK_ENSEMBLES = ("identity", "ginibre", "goe", "wigner", "wishart")
+VALUE_ENSEMBLES = ("identity", "minus_identity", "ginibre", "goe", "wigner", "wishart", "qk")
+# preset -> (heads, d, fixes Q^T K, fixes V); None: any
+TIME_VARYING_PRESETS = {
+    "rst_two_head_hemisphere": (2, 3, True, False),
+    "rst_causal": (1, 3, True, True),
+    "rst_random_frequencies": (None, None, False, False),
+}
+Matrix = tuple[tuple[float, ...], ...]
+
+
+def _refuse(field: str, text: str):
+    """A cross-field error from a model validator, attributed to `field` by _format_errors."""
+    return ValueError(f"{field}: {text}")
+
+
+class SphereFlowSweep(SweepBase):
+    """Deterministic attention flow on the sphere [GLPR-P, RST]: dx_i/dt = P_{x_i}(A_i(X)).
+
+    Defaults are the kernel's (kernels/sphere_flow.py): SA, retraction Euler, one head,
+    Q = K = V = I, uniform start, frac_close threshold delta = 1e-3.
+
+    >>> s = parse_sweep({"name": "f", "model": "sphere_flow", "grid": {"beta": 1, "d": 8, "n": 4},
+    ...     "time": {"T": 3.0, "layers": 30}, "trajectories": 2, "init": "equiangular"})
+    >>> s.attention, s.integrator, s.init, s.delta
+    ('sa', 'euler', 'equiangular', 0.001)
+    """
+
+    model: Literal["sphere_flow"]
+    attention: Literal[SPHERE_ATTENTIONS] = "sa"
+    grid: Grid
+    integrator: Literal["euler", "heun", "rk4"] = "euler"
+    heads: int = Field(default=1, ge=1)
+    qk: Literal[QK_ENSEMBLES] = "identity"
+    value: Literal[VALUE_ENSEMBLES] = "identity"
+    period: int = Field(default=0, ge=0)
+    time_varying: Optional[Literal[tuple(TIME_VARYING_PRESETS)]] = None
+    init: Literal["uniform_sphere", "hemisphere", "equiangular"] = "uniform_sphere"
+    delta: float = Field(default=1e-3, gt=0, lt=1)
+    rst_scaling: bool = False
+
+    @model_validator(mode="after")
+    def _consistent_options(self):
+        if self.init == "equiangular":
+            bad = [(d, n) for d in self.grid.d for n in self.grid.n if d < n]
+            if bad:
+                d, n = bad[0]
+                raise _refuse("init", f"'equiangular' needs d >= n orthonormal tokens in every cell, "
+                              f"but the grid pairs d = {d} with n = {n}: raise grid.d, lower grid.n "
+                              "or use init: uniform_sphere")
+        random_weights = self.qk != "identity" or self.value in ("ginibre", "goe", "wigner", "wishart")
+        if self.period and not random_weights:
+            raise _refuse("period", f"{self.period} redraws random matrices, but qk = {self.qk!r} and "
+                          f"value = {self.value!r} are fixed: remove period or choose an ensemble")
+        if self.time_varying is not None:
+            heads, d, fixes_qk, fixes_v = TIME_VARYING_PRESETS[self.time_varying]
+            name = repr(self.time_varying)
+            if heads is not None and self.heads != heads:
+                raise _refuse("heads", f"time_varying {name} has {heads} head(s), got heads = "
+                              f"{self.heads}: set heads: {heads}")
+            if d is not None and self.grid.d != (d,):
+                raise _refuse("grid.d", f"time_varying {name} is defined in d = {d}, got "
+                              f"{list(self.grid.d)}: set grid.d: {d}")
+            if fixes_qk and self.qk != "identity":
+                raise _refuse("qk", f"time_varying {name} fixes Q^T K = P', got qk = {self.qk!r}: "
+                              "leave qk: identity")
+            if fixes_v and self.value != "identity":
+                raise _refuse("value", f"time_varying {name} fixes V, got value = {self.value!r}: "
+                              "leave value: identity")
+        return self
+
+
+def _square_matrix(value, field: str, names: tuple[str, ...] = ()):
+    """A named choice, or a list of d lists of d finite numbers (returned as nested tuples)."""
+    if isinstance(value, str):
+        if value not in names:
+            raise ValueError(f"{value!r} is not a known matrix: use one of {', '.join(names)} "
+                             f"or an explicit d x d list")
+        return value
+    if not isinstance(value, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in value):
+        raise ValueError(f"got {value!r}: give {field} as a list of d lists of d numbers"
+                         + (f" or one of {', '.join(names)}" if names else ""))
+    rows = len(value)
+    if rows == 0 or any(len(r) != rows for r in value):
+        raise ValueError(f"is not a square matrix (row lengths {[len(r) for r in value]}): "
+                         f"give {field} as a list of d lists of d numbers")
+    try:
+        matrix = tuple(tuple(float(x) for x in r) for r in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"has entries that are not numbers: {value!r}") from None
+    if not all(math.isfinite(x) for r in matrix for x in r):
+        raise ValueError(f"has non-finite entries: give finite numbers in {field}")
+    return matrix
+
+
+class EuclideanFlowSweep(SweepBase):
+    """Unnormalised attention flow in R^d [GLPR-E]: dx_i/dt = sum_j P_ij V x_j.
+
+    V is "identity", "minus_identity" or an explicit d x d list (which fixes grid.d); Q, K are
+    optional explicit matrices (default I). Tokens start in the box U[-box, box]^d by default.
+
+    >>> s = parse_sweep({"name": "e", "model": "euclidean_flow", "grid": {"beta": 1, "d": 2, "n": 5},
+    ...     "time": {"T": 1.0, "layers": 10}, "trajectories": 2, "V": [[1, 0], [0, -0.5]]})
+    >>> s.V, s.init, s.box
+    (((1.0, 0.0), (0.0, -0.5)), 'box', 5.0)
+    """
+
+    model: Literal["euclidean_flow"]
+    grid: EuclideanGrid
+    V: Union[Literal["identity", "minus_identity"], Matrix] = "identity"
+    Q: Optional[Matrix] = None
+    K: Optional[Matrix] = None
+    integrator: Literal["euler", "rk4"] = "euler"
+    init: Literal["box", "gaussian", "uniform_sphere"] = "box"
+    box: float = Field(default=5.0, gt=0, allow_inf_nan=False)
+
+    @field_validator("V", "Q", "K", mode="before")
+    @classmethod
+    def _square(cls, value, info):
+        names = ("identity", "minus_identity") if info.field_name == "V" else ()
+        return None if value is None else _square_matrix(value, info.field_name, names)
+
+    @model_validator(mode="after")
+    def _matrices_fix_d(self):
+        for name in ("V", "Q", "K"):
+            m = getattr(self, name)
+            if m is None or isinstance(m, str):
+                continue
+            if self.grid.d != (len(m),):
+                raise _refuse(name, f"an explicit {len(m)} x {len(m)} matrix fixes d = {len(m)}, but "
+                              f"grid.d is {list(self.grid.d)}: set grid.d: {len(m)}"
+                              + (" or use V: identity / minus_identity" if name == "V" else ""))
+        return self
+
+
 Sweep = Annotated[
-    Union[StochasticTransformerSweep, HybridSweep], Field(discriminator="model")
+    Union[StochasticTransformerSweep, HybridSweep, SphereFlowSweep, EuclideanFlowSweep],
+    Field(discriminator="model"),
 ]
 _SWEEP = TypeAdapter(Sweep)
-MODELS = ("stochastic_transformer", "hybrid")
+MODELS = ("stochastic_transformer", "hybrid", "sphere_flow", "euclidean_flow")
+_FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.]*): ")
 
 
 def _format_errors(err: ValidationError, model: str | None) -> str:
@@ -268,6 +421,8 @@ def _format_errors(err: ValidationError, model: str | None) -> str:
             field, msg = "model", f"missing: choose one of {', '.join(MODELS)}"
         elif "input" in e and e["type"] not in ("value_error", "missing"):
             msg = f"{msg} (got {e['input']!r})"
+        if field == "spec" and _FIELD_PREFIX.match(msg):  # a cross-field check names its field
+            field, msg = msg.split(": ", 1)
         lines.append(f"{field}: {msg}")
     return "invalid spec:\n  " + "\n  ".join(lines)
 

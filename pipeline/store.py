@@ -7,7 +7,11 @@ block) says which partitions are complete; a partition writes it last, after its
 outputs and its timing, so a partition killed mid-write stays pending. The store's
 attributes hold the full spec (as JSON), the seeding scheme and the versions of the
 software that wrote it; a store is only ever resumed by the spec that created it.
-Its metadata is written once, consolidated, at creation and never changes afterwards.
+Its metadata is written, consolidated, at creation; the only later change is the
+provenance a finished flow adds (worker hosts, completion time), re-consolidated under
+the store's lock. The error of a failed partition is kept beside the store, in
+``STORE.errors/INDEX.json``, for ``tokensweep status``; completion is still decided by
+``status`` alone.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ PENDING, DONE, FAILED = 0, 1, 2
 STATUS_MEANINGS = "pending done failed"
 SPEC_ATTR = "tokensweep_spec"
 NEW_STORE_HINT = "use --store to write a new store, or delete the old one"
+DAMAGED_HINT = "the store is damaged: restore it from a copy, or delete it and run the spec again"
 
 
 class StoreError(ValueError):
@@ -181,8 +186,17 @@ def prepare_store(sweep: SweepBase, path: str | Path) -> str:
 
 def read_status(path: str | Path) -> np.ndarray:
     """Status per partition, flattened in plan order (cells in C order, then blocks)."""
-    with xr.open_zarr(path, consolidated=False) as ds:
-        return ds["status"].values.reshape(-1)
+    return read_partition_table(path, "status")
+
+
+def read_partition_table(path: str | Path, name: str) -> np.ndarray:
+    """One per-partition variable (status, started, finished), flattened in plan order."""
+    try:
+        with xr.open_zarr(path, consolidated=False) as ds:
+            return ds[name].values.reshape(-1)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{path}: cannot read `{name}` ({type(err).__name__}: {err}): "
+                         f"{DAMAGED_HINT}") from None
 
 
 def write_outputs(path: str | Path, plan: Plan, part: Partition, outputs: dict[str, np.ndarray]) -> None:
@@ -199,6 +213,13 @@ def write_outputs(path: str | Path, plan: Plan, part: Partition, outputs: dict[s
     region = plan.region(part)
     region["t"] = slice(None)
     xr.Dataset(variables).to_zarr(path, region=region, mode="r+", consolidated=False)
+
+
+def mark_started(path: str | Path, plan: Plan, part: Partition, started: float) -> None:
+    """Record that a partition is running (its status stays pending until it is done)."""
+    dims = (*plan.sweep.axes, "block")
+    xr.Dataset({"started": (dims, np.full((1,) * len(dims), started))}).to_zarr(
+        path, region=plan.status_region(part), mode="r+", consolidated=False)
 
 
 def write_status(path: str | Path, plan: Plan, part: Partition, status: int,
@@ -219,4 +240,52 @@ def write_status(path: str | Path, plan: Plan, part: Partition, status: int,
 def open_cube(path: str | Path) -> xr.Dataset:
     """Open a cube lazily (dask-backed), checking that it is a tokensweep store."""
     stored_sweep(path)
-    return xr.open_zarr(path, consolidated=False)
+    try:
+        return xr.open_zarr(path, consolidated=False)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{path}: cannot open the cube ({type(err).__name__}: {err}): "
+                         f"{DAMAGED_HINT}") from None
+
+
+def record_provenance(path: str | Path, worker_hosts: set[str]) -> None:
+    """Add the hosts that computed partitions (and, once every partition is done, the
+    completion time) to the store's attributes, then re-consolidate. Call it holding the
+    store's lock."""
+    import zarr
+
+    group = zarr.open_group(str(path), mode="r+", use_consolidated=True)
+    hosts = sorted(set(group.attrs.get("worker_hosts", [])) | set(worker_hosts))
+    update = {"worker_hosts": hosts}
+    if (read_status(path) == DONE).all():
+        update["completed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    group.attrs.update(update)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)
+        zarr.consolidate_metadata(str(path))
+
+
+# -- errors of failed partitions: STORE.errors/INDEX.json, read by `tokensweep status` --
+
+def errors_dir(path: str | Path) -> Path:
+    path = Path(path)
+    return path.with_name(path.name + ".errors")
+
+
+def write_error(path: str | Path, index: int, record: dict) -> None:
+    """Keep the error of a failed partition (written before its status says failed)."""
+    folder = errors_dir(path)
+    folder.mkdir(exist_ok=True)
+    tmp = folder / f".{index}.json.tmp"
+    tmp.write_text(json.dumps({"partition": index, **record}, indent=1))
+    tmp.replace(folder / f"{index}.json")
+
+
+def clear_error(path: str | Path, index: int) -> None:
+    (errors_dir(path) / f"{index}.json").unlink(missing_ok=True)
+
+
+def read_error(path: str | Path, index: int) -> dict | None:
+    try:
+        return json.loads((errors_dir(path) / f"{index}.json").read_text())
+    except (OSError, ValueError):
+        return None

@@ -43,7 +43,7 @@ import functools
 
 import numpy as np
 from numpy.polynomial import Chebyshev
-from scipy import integrate, linalg, optimize, special, stats
+from scipy import integrate, linalg, special, stats
 
 __all__ = [
     "beta_c",
@@ -369,21 +369,28 @@ def equiangular_gamma(t, beta: float, n: int, attention: str = "sa"):
 def t_star(beta, n: int, delta: float = 1e-3, attention: str = "sa"):
     """Time at which the equiangular overlap reaches 1 - delta ([GLPR-P] Fig. 3 curve).
 
+    With y = log(1 - gamma), y' = f(y) < 0 on [log delta, 0] (`_log_gap_rhs`), so y is monotone
+    and the hitting time is a quadrature, not an ODE solve plus a root search:
+
+        t* = int_{log delta}^{0} dy / |f(y)|,
+
+    whose integrand is smooth and bounded (|f| >= 2 / (e^beta + n - 1) for SA, >= 2/n for USA).
+    Adaptive Gauss-Kronrod (scipy.integrate.quad) to 1e-12 relative; the same value as integrating
+    the ODE to the crossing, at a fraction of the cost (reports draw t* on a dense beta grid).
+
     >>> round(float(t_star(1.0, 32)), 2), round(float(t_star(1.0, 32, attention="usa")), 2)
     (5.27, 2.9)
     """
     attention = _check_attention(attention)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta={delta!r}: the gap 1 - gamma must reach a delta in (0, 1)")
     b = np.asarray(beta, dtype=float)
     out = []
     for x in b.ravel():
-        rhs, t_hi = _log_gap_rhs(float(x), n, attention), 1.0
-        while True:  # grow the horizon until the crossing is bracketed
-            sol = integrate.solve_ivp(rhs, (0.0, t_hi), [0.0], method="DOP853", rtol=1e-12,
-                                      atol=1e-14, dense_output=True)
-            if sol.y[0, -1] < np.log(delta):
-                break
-            t_hi *= 4
-        out.append(optimize.brentq(lambda s: sol.sol(s)[0] - np.log(delta), 0.0, t_hi, xtol=1e-12))
+        rhs = _log_gap_rhs(float(x), n, attention)
+        value, _ = integrate.quad(lambda y: -1.0 / rhs(0.0, y), np.log(delta), 0.0, epsabs=0.0,
+                                  epsrel=1e-12, limit=200)
+        out.append(value)
     out = np.array(out)
     return out.reshape(b.shape) if b.ndim else float(out[0])
 

@@ -1,9 +1,15 @@
 """Shared fixtures, real components only.
 
 * ``tiny_spec`` / ``write_spec``: small valid sweeps as dicts and YAML files.
+* ``slow_spec`` / ``slow_reference``: partitions of about a second each (time to kill
+  something mid-partition), and the cube of an uninterrupted in-process run of it.
+* ``cli``: ``tokensweep ARGS...`` as a subprocess, as a user runs it.
 * ``dask_client``: a real ``distributed`` LocalCluster of two worker processes on loopback.
 * ``prefect_server``: one real ``prefect server start`` (SQLite in a temp PREFECT_HOME) for
   the session; yields its API URL and exports it, as the CLI would.
+* ``dask_cluster``: an "existing" cluster as a user starts one: ``dask scheduler`` and two
+  ``dask worker`` processes (each with its nanny) on loopback, found through a scheduler
+  file. Its workers read faults to inject from ``dask_cluster.fail_file`` (test-only hook).
 """
 
 from __future__ import annotations
@@ -13,12 +19,18 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+
+# Never reuse the user's own Prefect server (recorded under ~/.tokensweep): every server a
+# test talks to is started by the test session.
+os.environ["TOKENSWEEP_HOME"] = tempfile.mkdtemp(prefix="tokensweep-home-")
 
 SPECS = Path(__file__).parent / "specs"
 BIN = Path(sys.executable).parent
@@ -35,9 +47,61 @@ TINY = {
 }
 
 
+SLOW = {**TINY, "name": "slow", "grid": {"beta": [0.5, 2.0], "d": 3, "n": 2},
+        "time": {"T": 2.0, "layers": 300_000, "checkpoints": 4},
+        "trajectories": 18, "partition_traj": 3}
+OUTPUT_VARS = ["overlap_min", "overlap_max", "cluster_class", "n_clusters", "t_hit", "nonfinite"]
+TOKENSWEEP = str(BIN / "tokensweep")
+
+
 @pytest.fixture
 def tiny_spec() -> dict:
     return copy.deepcopy(TINY)
+
+
+@pytest.fixture
+def slow_spec() -> dict:
+    return copy.deepcopy(SLOW)
+
+
+def output_cube(store):
+    """The numbers of a store (outputs only: no timing, no attributes)."""
+    import xarray as xr
+
+    with xr.open_zarr(store, consolidated=False) as ds:
+        cube = ds[OUTPUT_VARS].load()
+    cube.attrs = {}
+    return cube
+
+
+def reference_cube(spec: dict, store: Path):
+    """An uninterrupted run of `spec`, in this process, one partition after another."""
+    from tokensweep.pipeline.execute import run_partition
+    from tokensweep.pipeline.plan import Plan
+    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.store import prepare_store
+
+    sweep = parse_sweep(spec)
+    prepare_store(sweep, store)
+    for index in range(len(Plan(sweep))):
+        run_partition(sweep, store, index)
+    return output_cube(store)
+
+
+@pytest.fixture(scope="session")
+def slow_reference(tmp_path_factory):
+    return reference_cube(SLOW, tmp_path_factory.mktemp("reference") / "slow.zarr")
+
+
+def run_tokensweep(*args, env_extra=None, timeout=300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1", **(env_extra or {})}
+    return subprocess.run([TOKENSWEEP, *map(str, args)], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def cli():
+    return run_tokensweep
 
 
 @pytest.fixture
@@ -100,3 +164,50 @@ def prefect_server(tmp_path_factory):
             os.environ[k] = v
     os.killpg(proc.pid, 15)
     proc.wait(timeout=30)
+
+
+@dataclass
+class DaskCluster:
+    scheduler_file: Path
+    fail_file: Path  # write "INDEX[,INDEX]" to make those partitions raise; delete to stop
+
+    def client(self):
+        from distributed import Client
+
+        return Client(scheduler_file=str(self.scheduler_file), timeout="20s")
+
+    def worker_pids(self) -> dict[str, int]:
+        """Worker address -> pid of the worker process itself (its nanny restarts it)."""
+        with self.client() as client:
+            return client.run(os.getpid)
+
+
+@pytest.fixture(scope="session")
+def dask_cluster(tmp_path_factory, prefect_server):
+    folder = tmp_path_factory.mktemp("dask-cluster")
+    scheduler_file = folder / "scheduler.json"
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1",
+           "TOKENSWEEP_FAIL_PARTITIONS_FILE": str(folder / "fail-partitions")}
+    env.pop("PREFECT_API_URL", None)  # tokensweep must hand its server's URL to the workers
+    log = open(folder / "cluster.log", "wb")
+    common = dict(env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    procs = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(scheduler_file)], **common)]
+    deadline = time.monotonic() + 60
+    while not scheduler_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for _ in range(2):
+        procs.append(subprocess.Popen(
+            [str(BIN / "dask"), "worker", "--scheduler-file", str(scheduler_file), "--host", "127.0.0.1",
+             "--nthreads", "1", "--no-dashboard", "--local-directory", str(folder)], **common))
+    cluster = DaskCluster(scheduler_file, folder / "fail-partitions")
+    with cluster.client() as client:
+        client.wait_for_workers(2, timeout=60)
+    yield cluster
+    for proc in reversed(procs):
+        os.killpg(proc.pid, 15)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)

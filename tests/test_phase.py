@@ -171,3 +171,23 @@ def test_pending_partitions_are_not_counted(cube):
         assert int(cell.n_pending) == 10 and int(cell.n_traj) == kept.sum()
         assert int(cell.n_antipodal) == int((classes[idx][kept] == 2).sum())
     assert int(table.n_pending.sum()) == 20
+
+
+def test_any_antipodal_counts_and_persistence():
+    """Per checkpoint: trajectories with overlap_min <= -1 + eps, and those that keep a pair to T.
+
+    traj 0: pair from t = 1 on (persists from every t); traj 1: pair only at t = 1 (comes apart);
+    traj 2: never; traj 3: pair at every t but non-finite, so never counted.
+    """
+    om = np.array([[-1.0, -1.0, -0.9995], [-1.0, 0.2, 0.3], [0.1, 0.5, 0.9], [-1.0, -1.0, -1.0]]).T
+    ds = xr.Dataset({"overlap_min": (("n", "t", "traj"), om[None]),
+                     "nonfinite": (("n", "traj"), [[False, False, False, True]])},
+                    coords={"n": [4], "t": [1.0, 2.0, 3.0]}, attrs={"eps": 1e-3})
+    table = phase.any_antipodal_table(ds).sel(n=4)
+    assert table.n_traj.values.tolist() == [3, 3, 3]
+    assert table.n_any.values.tolist() == [2, 1, 1]
+    assert table.n_persist.values.tolist() == [1, 1, 1]
+    np.testing.assert_allclose(table.p_any, [2 / 3, 1 / 3, 1 / 3])
+    lo, hi = phase.wilson_interval(2, 3)
+    assert (float(table.lo[0]), float(table.hi[0])) == pytest.approx((float(lo), float(hi)))
+    assert phase.any_antipodal_table(ds, eps=1e-4).n_any.values.tolist() == [[2, 1, 0]]

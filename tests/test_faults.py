@@ -1,0 +1,216 @@
+"""Nothing is lost under faults, and bad input never gets past the command line.
+
+Real parts on loopback: a worker process killed mid-partition, a partition that raises,
+the flow process itself killed mid-sweep, a second writer on a locked store. After the
+rerun the cube equals an uninterrupted run bit for bit, and the rerun computed exactly
+the partitions that were not done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import xarray as xr
+from conftest import SPECS, TOKENSWEEP, output_cube
+from typer.testing import CliRunner
+
+from tokensweep.flows.cli import app
+from tokensweep.pipeline.lock import lock_path, store_lock
+from tokensweep.pipeline.spec import load_sweep
+from tokensweep.pipeline.store import DONE, PENDING, StoreError, prepare_store, read_partition_table
+
+pytestmark = pytest.mark.timeout(300)
+runner = CliRunner()
+
+
+def not_done(store) -> int:
+    return int((read_partition_table(store, "status") != DONE).sum())
+
+
+def running(store) -> list[int]:
+    """Partitions started but not finished: being computed (or killed while computed)."""
+    status, started = read_partition_table(store, "status"), read_partition_table(store, "started")
+    return np.flatnonzero((status == PENDING) & ~np.isnan(started)).tolist()
+
+
+def start_sweep(spec_path, store, scheduler_file, log_path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [TOKENSWEEP, "run", str(spec_path), "--store", str(store), "--scheduler-file",
+         str(scheduler_file), "--no-progress"],
+        stdout=open(log_path, "w"), stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "NUMBA_NUM_THREADS": "1"})
+
+
+def wait_until(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except StoreError:  # the store is being created
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.mark.slow
+def test_killed_worker_and_raising_partition_lose_nothing(
+        dask_cluster, prefect_server, slow_spec, slow_reference, write_spec, tmp_path, cli):
+    store, log = tmp_path / "faults.zarr", tmp_path / "run.log"
+    dask_cluster.fail_file.write_text("9")
+    try:
+        sweep = start_sweep(write_spec(slow_spec), store, dask_cluster.scheduler_file, log)
+        # kill a worker process (SIGKILL, as the OOM killer does) while it computes a partition
+        wait_until(lambda: store.exists() and any(i != 9 for i in running(store)), 120,
+                   "a partition being computed")
+        with dask_cluster.client() as client:
+            busy = [w for w, keys in client.processing().items() if keys]
+            pid = client.run(os.getpid, workers=busy[:1])[busy[0]]
+        victims = running(store)
+        os.kill(pid, signal.SIGKILL)
+        assert sweep.wait(timeout=240) == 1, log.read_text()
+    finally:
+        dask_cluster.fail_file.unlink(missing_ok=True)
+    output = log.read_text()
+    assert "1 partition(s) failed" in output and "partition 9 (beta=2 d=3 n=2 traj=9:12)" in output
+
+    status = cli("status", store)
+    assert "12 partitions: 11 done, 0 pending, 1 failed" in status.stdout, status.stdout
+    assert (f"failed: partition 9 (beta=2 d=3 n=2 traj=9:12) on {socket.gethostname()}: "
+            "RuntimeError: injected failure in partition 9") in status.stdout
+    assert all(read_partition_table(store, "status")[i] == DONE for i in victims if i != 9)
+
+    k = not_done(store)
+    rerun = cli("rerun", store, "--scheduler-file", dask_cluster.scheduler_file, "--no-progress")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert f"computed {k} of 12 partitions" in rerun.stdout and k == 1
+    xr.testing.assert_identical(output_cube(store), slow_reference)
+
+
+@pytest.mark.slow
+def test_killed_flow_process_then_unlock_and_rerun(
+        dask_cluster, prefect_server, slow_spec, slow_reference, write_spec, tmp_path, cli):
+    store, log = tmp_path / "killed.zarr", tmp_path / "run.log"
+    spec = write_spec(slow_spec)
+    sweep = start_sweep(spec, store, dask_cluster.scheduler_file, log)
+    wait_until(lambda: store.exists() and 12 - not_done(store) >= 3, 120, "three partitions done")
+    sweep.send_signal(signal.SIGKILL)
+    sweep.wait(timeout=30)
+    # partitions already running on the (surviving) workers finish; then the store is still
+    wait_until(lambda: not running(store), 60, "the running partitions to finish")
+    k = not_done(store)
+    assert 0 < k < 12
+
+    refused = cli("run", spec, "--store", store, "--scheduler-file", dask_cluster.scheduler_file)
+    assert refused.returncode == 2
+    assert f"being written by another sweep (pid {sweep.pid} on {socket.gethostname()}" in refused.stderr
+    assert f"the lock is stale: break it with `tokensweep unlock {store}`" in refused.stderr
+    assert "lock is stale" in cli("status", store).stdout
+    unlocked = cli("unlock", store)
+    assert unlocked.returncode == 0 and f"broke the lock held by pid {sweep.pid}" in unlocked.stdout
+
+    rerun = cli("run", spec, "--store", store, "--scheduler-file", dask_cluster.scheduler_file,
+                "--no-progress")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert f"computed {k} of 12 partitions" in rerun.stdout
+    xr.testing.assert_identical(output_cube(store), slow_reference)
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = tmp_path / "kept.zarr"
+    prepare_store(load_sweep(SPECS / "good.yaml"), path)
+    return path
+
+
+def test_second_writer_is_refused_naming_the_owner(store):
+    with store_lock(store):
+        for args in (["run", str(SPECS / "good.yaml"), "--store", str(store)], ["rerun", str(store)]):
+            result = runner.invoke(app, args)
+            assert result.exit_code == 2
+            assert (f"{store} is being written by another sweep (pid {os.getpid()} on "
+                    f"{socket.gethostname()}") in result.output
+            assert "wait for it to finish" in result.output
+        assert f"locked by pid {os.getpid()}" in runner.invoke(app, ["status", str(store)]).output
+    assert not lock_path(store).exists()
+
+
+def test_stale_lock_is_reported_and_broken_by_unlock(store):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock_path(store).write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid,
+                                            "since": "2026-01-01T00:00:00Z"}))
+    status = runner.invoke(app, ["status", str(store)])
+    assert status.exit_code == 0
+    assert f"locked by pid {dead.pid} on {socket.gethostname()} since 2026-01-01T00:00:00Z; " \
+           "that process is gone, so the lock is stale" in status.output
+    refused = runner.invoke(app, ["run", str(SPECS / "good.yaml"), "--store", str(store)])
+    assert refused.exit_code == 2 and f"break it with `tokensweep unlock {store}`" in refused.output
+    unlocked = runner.invoke(app, ["unlock", str(store)])
+    assert unlocked.exit_code == 0 and f"broke the lock held by pid {dead.pid}" in unlocked.output
+    assert "locked" not in runner.invoke(app, ["status", str(store)]).output
+    assert f"{store} was not locked" in runner.invoke(app, ["unlock", str(store)]).output
+
+
+def _truncate(path):
+    path.write_text(path.read_text()[:40])
+
+
+def _foreign(store):
+    import shutil
+
+    import zarr
+
+    shutil.rmtree(store)
+    zarr.open_group(store, mode="w", zarr_format=3).attrs["made_by"] = "another tool"
+
+
+BROKEN_STORES = {  # how the store is broken -> what the one line must say
+    "truncated zarr.json": (lambda s: _truncate(s / "zarr.json"), "unreadable store metadata"),
+    "truncated status metadata": (lambda s: _truncate(s / "status" / "zarr.json"),
+                                  "cannot read `status`"),
+    "another tool's store": (_foreign, "is a zarr store but not a tokensweep cube"),
+    "no zarr.json": (lambda s: (s / "zarr.json").unlink(), "is not a zarr v3 store"),
+}
+COMMANDS = {
+    "status": lambda s: ["status", s],
+    "report": lambda s: ["report", s],
+    "rerun": lambda s: ["rerun", s],
+    "run": lambda s: ["run", str(SPECS / "good.yaml"), "--store", s],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("broken", sorted(BROKEN_STORES))
+def test_broken_store_exits_2_with_one_line(command, broken, store):
+    damage, message = BROKEN_STORES[broken]
+    damage(store)
+    result = runner.invoke(app, COMMANDS[command](str(store)))
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert result.output.count("\n") == 1 and result.output.startswith("error: ")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["rerun", "nowhere.zarr"], "no store at nowhere.zarr"),
+    (["unlock", "nowhere.zarr"], "no store at nowhere.zarr and no lock beside it"),
+    (["run", str(SPECS / "good.yaml"), "--scheduler-file", "nowhere.json"],
+     "scheduler file 'nowhere.json' not found: start one with `dask scheduler --scheduler-file FILE`"),
+    (["rerun", "STORE", "--scheduler", "tcp://127.0.0.1:9"], "no Dask scheduler answers at tcp://127.0.0.1:9"),
+    (["serve", "--scheduler-file", "nowhere.json"], "scheduler file 'nowhere.json' not found"),
+    (["serve", "--scheduler", "a:1", "--scheduler-file", "b"],
+     "give either --scheduler or --scheduler-file, not both"),
+])
+def test_bad_command_line_exits_2_with_one_line(args, message, store, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, [str(store) if a == "STORE" else a for a in args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert result.output.count("\n") == 1 and result.output.startswith("error: ")
