@@ -72,7 +72,8 @@ def start_server(port: int | None = None) -> str:
     proc = subprocess.Popen(
         [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        env={**os.environ, **QUIET_ENV}, start_new_session=True,
+        # the UI must call this server, not the default port's (another server may be there)
+        env={**os.environ, **QUIET_ENV, "PREFECT_UI_API_URL": api_url}, start_new_session=True,
     )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:

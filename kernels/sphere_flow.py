@@ -42,8 +42,7 @@ Randomness: per trajectory, from its own Generator: the start, then the matrices
 """
 
 import numpy as np
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from tokensweep.kernels import outcomes
 from tokensweep.kernels.ensembles import (
@@ -53,22 +52,27 @@ from tokensweep.kernels.ensembles import (
     in_open_hemisphere,
 )
 from tokensweep.kernels.outcomes import OutputSpec
+from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift, retract, ...)
+    EULER,
+    HEUN,
+    RK4,
+    SA,
+    TV_ABS_COS,
+    TV_COS,
+    TV_NONE,
+    USA,
+    V_GENERAL,
+    V_IDENTITY,
+    V_MINUS_IDENTITY,
+    drift,
+    exp_vec,
+    field,
+    retract,
+    step,
+)
 
-SA = 0
-USA = 1
 ATTENTIONS = ("sa", "usa", "causal_sa", "causal_usa")
-EULER = 0
-HEUN = 1
-RK4 = 2
 INTEGRATOR_CODES = {"euler": EULER, "heun": HEUN, "rk4": RK4}
-# value fast paths
-V_IDENTITY = 0
-V_MINUS_IDENTITY = 1
-V_GENERAL = 2
-# time-varying modes
-TV_NONE = 0
-TV_COS = 1
-TV_ABS_COS = 2
 
 OUTPUTS = dict(outcomes.OUTPUTS)
 OUTPUTS["frac_close"] = OutputSpec(
@@ -82,51 +86,6 @@ OUTPUTS["energy"] = OutputSpec(
 )
 
 
-@intrinsic
-def _int64_bits_as_float64(typingctx, bits):
-    """Reinterpret the bits of an int64 as a float64 (for 2^k in `exp_vec`)."""
-    sig = types.float64(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-
-    return sig, codegen
-
-
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01  # trailing zeros: k * _LN2_HI is exact for |k| < 2^11
-_LN2_LO = 1.90821492927058770002e-10
-
-
-@njit(nogil=True, cache=True, inline="always")
-def exp_vec(x):
-    """exp(x) within 1 ulp for |x| <= 708, written so that loops over it vectorise (libm's exp
-    does not): x = k ln2 + r (Cody-Waite), |r| <= ln2/2, e^r by its Taylor polynomial of degree 13
-    (truncation < 5e-18), times 2^k built from its bits. x is clamped to [-708, 708] (exp(-708) ~
-    3e-308 stands in for smaller values: a weight relative to the row's largest, 1); NaN stays NaN.
-    """
-    x = x if not (x < -708.0) else -708.0
-    x = x if not (x > 708.0) else 708.0
-    kf = np.floor(x * _LOG2E + 0.5)
-    r = (x - kf * _LN2_HI) - kf * _LN2_LO
-    p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
-    ki = np.int64(kf) if kf == kf else np.int64(0)  # NaN: any k, p is NaN
-    return p * _int64_bits_as_float64((ki + 1023) << 52)
-
-
 @njit(nogil=True, cache=True)
 def workspace(n, d, heads):
     """Scratch arrays of the drift: (xt, yt, at, bt, ft (d, n); e (n, n); tot, mx, lsh (n,);
@@ -134,286 +93,6 @@ def workspace(n, d, heads):
     return (np.empty((d, n)), np.empty((d, n)), np.empty((d, n)), np.empty((d, n)),
             np.empty((d, n)), np.empty((n, n)), np.empty(n), np.empty(n), np.empty(n),
             np.empty((d, d)), np.empty(d))
-
-
-@njit(nogil=True, cache=True)
-def _weights(x, t, h, par, mats, ws):
-    """Attention of head h in the transposed layout: at[:, i] = sum_j w_ij x_j, lsh[i] = log-scale.
-
-    e[j, i] holds exp(logit_ij - shift_i) for the keys j of query i (j <= i if causal). Every inner
-    loop runs over the query index i, contiguous, with no reduction in it, so LLVM vectorises it
-    without reassociating sums (no fastmath): each sum over j or k is still taken in serial order.
-    """
-    beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0 = par
-    m, v, amp, omega, phase = mats
-    xt, yt, at, bt, ft, e, tot, mx, lsh, mt, dfac = ws
-    n, d = x.shape
-    acc = np.empty(n)
-    symmetric = qk_identity and tv_mode == TV_NONE and beta >= 0.0
-    if symmetric:
-        # e_ij = exp(beta (<x_i, x_j> - c)), c = max_k |x_k|^2 >= <x_i, x_j>: one symmetric matrix
-        c = 0.0
-        for i in range(n):
-            s2 = 0.0
-            for k in range(d):
-                s2 += x[i, k] * x[i, k]
-            c = max(c, s2)
-        for j in range(n):
-            nj = n - j
-            for i in range(nj):
-                acc[i] = 0.0
-            k = 0
-            while k + 4 <= d:  # 4 terms per pass, added in the same order as one at a time
-                x0, x1, x2, x3 = x[j, k], x[j, k + 1], x[j, k + 2], x[j, k + 3]
-                t0, t1, t2, t3 = xt[k, j:], xt[k + 1, j:], xt[k + 2, j:], xt[k + 3, j:]
-                for i in range(nj):
-                    acc[i] = (((acc[i] + x0 * t0[i]) + x1 * t1[i]) + x2 * t2[i]) + x3 * t3[i]
-                k += 4
-            for kk in range(k, d):
-                xjk = x[j, kk]
-                xtk = xt[kk, j:]
-                for i in range(nj):
-                    acc[i] += xjk * xtk[i]
-            ej = e[j, j:]
-            for i in range(nj):
-                ej[i] = exp_vec(beta * (acc[i] - c))
-        if not causal:
-            for j in range(n):
-                for i in range(j):
-                    e[j, i] = e[i, j]
-        for i in range(n):
-            mx[i] = beta * c
-    else:
-        for p in range(d):
-            dp = 1.0
-            if tv_mode != TV_NONE:
-                dp = amp[h, p] * np.cos(omega[h, p] * t + phase[h, p])
-                if tv_mode == TV_ABS_COS:
-                    dp = abs(dp)
-            for q in range(d):
-                mt[p, q] = dp * m[h, p, q]
-        # yt[:, i] = P(t)^T x_i, so that logit_ij = beta <yt[:, i], x_j>
-        for q in range(d):
-            ytq = yt[q]
-            for i in range(n):
-                ytq[i] = 0.0
-            for p in range(d):
-                mpq = mt[p, q]
-                xtp = xt[p]
-                for i in range(n):
-                    ytq[i] += mpq * xtp[i]
-        for i in range(n):
-            mx[i] = -np.inf
-        for j in range(n):
-            i0 = j if causal else 0
-            nj = n - i0
-            for i in range(nj):
-                acc[i] = 0.0
-            for q in range(d):
-                xjq = x[j, q]
-                ytq = yt[q, i0:]
-                for i in range(nj):
-                    acc[i] += xjq * ytq[i]
-            ej = e[j, i0:]
-            mxj = mx[i0:]
-            for i in range(nj):
-                ej[i] = beta * acc[i]
-                mxj[i] = max(mxj[i], ej[i])
-        for j in range(n):
-            i0 = j if causal else 0
-            ej = e[j, i0:]
-            mxj = mx[i0:]
-            for i in range(n - i0):
-                ej[i] = exp_vec(ej[i] - mxj[i])
-    # sums over keys j in serial order; inner loops over queries i >= i0, as views from 0
-    for i in range(n):
-        tot[i] = 0.0
-    for j in range(n):
-        i0 = j if causal else 0
-        ej = e[j, i0:]
-        totj = tot[i0:]
-        for i in range(n - i0):
-            totj[i] += ej[i]
-    for k in range(d):
-        atk = at[k]
-        for i in range(n):
-            atk[i] = 0.0
-        j = 0
-        while not causal and j + 4 <= n:  # 4 keys per pass, same order as one at a time
-            x0, x1, x2, x3 = x[j, k], x[j + 1, k], x[j + 2, k], x[j + 3, k]
-            e0, e1, e2, e3 = e[j], e[j + 1], e[j + 2], e[j + 3]
-            for i in range(n):
-                atk[i] = (((atk[i] + e0[i] * x0) + e1[i] * x1) + e2[i] * x2) + e3[i] * x3
-            j += 4
-        for jj in range(j, n):
-            i0 = jj if causal else 0
-            xjk = x[jj, k]
-            ej = e[jj, i0:]
-            atkj = at[k, i0:]
-            for i in range(n - i0):
-                atkj[i] += ej[i] * xjk
-    log_n = np.log(n)
-    for i in range(n):
-        if kind == SA:
-            lsh[i] = log_scale0
-        else:
-            lsh[i] = mx[i] - log_n + log_scale0
-    if kind == SA:
-        for k in range(d):
-            atk = at[k]
-            for i in range(n):
-                atk[i] /= tot[i]
-    return symmetric
-
-
-@njit(nogil=True, cache=True)
-def drift(x, t, par, mats, ws, f, ls):
-    """Drift of all tokens as f_i = exp(ls_i) * fhat_i (module docstring).
-
-    x: (n, d) states (on or near the sphere). t: time. par: (beta, kind SA|USA, causal, qk_identity,
-    v_code, tv_mode, log_scale0). mats: (m (H, d, d) = Q^T K per head, v (H, d, d), amp, omega,
-    phase (H, d)). ws: `workspace(n, d, H)`. f: (n, d) output fhat; ls: (n,) output log-scales.
-    """
-    causal, v_code = par[2], par[4]
-    v = mats[1]
-    xt, yt, at, bt, ft, e, tot, mx, lsh, mt, dfac = ws
-    n, d = x.shape
-    for i in range(n):
-        for k in range(d):
-            xt[k, i] = x[i, k]
-    shared = False
-    for h in range(v.shape[0]):
-        if not shared:  # Q = K = I: every head has the same weights
-            shared = _weights(x, t, h, par, mats, ws)
-        if v_code == V_GENERAL:  # bt[:, i] = V_h at[:, i]
-            for p in range(d):
-                for i in range(n):
-                    bt[p, i] = 0.0
-                for q in range(d):
-                    vpq = v[h, p, q]
-                    for i in range(n):
-                        bt[p, i] += vpq * at[q, i]
-        else:
-            sign = 1.0 if v_code == V_IDENTITY else -1.0
-            for p in range(d):
-                for i in range(n):
-                    bt[p, i] = sign * at[p, i]
-        if h == 0:
-            for i in range(n):
-                ls[i] = lsh[i]
-            for p in range(d):
-                for i in range(n):
-                    ft[p, i] = bt[p, i]
-        else:  # combine heads in log-scale
-            for i in range(n):
-                top = max(ls[i], lsh[i])
-                tot[i] = exp_vec(ls[i] - top)
-                mx[i] = exp_vec(lsh[i] - top)
-                ls[i] = top
-            for p in range(d):
-                for i in range(n):
-                    ft[p, i] = tot[i] * ft[p, i] + mx[i] * bt[p, i]
-    # tangent projection P_{x_i}, back to the (n, d) layout
-    for i in range(n):
-        tot[i] = 0.0
-    for k in range(d):
-        for i in range(n):
-            tot[i] += xt[k, i] * ft[k, i]
-    for i in range(n):
-        for k in range(d):
-            f[i, k] = ft[k, i] - tot[i] * x[i, k]
-    if causal and v_code != V_GENERAL:  # V = +-I: A_1 = +-x_1 exactly, token 1 does not move at all
-        for k in range(d):
-            f[0, k] = 0.0
-
-
-@njit(nogil=True, cache=True)
-def field(x, t, par, mats, ws, ls, out):
-    """Drift with its scale applied: out (n, d) = exp(ls_i) fhat_i; ls: (n,) scratch."""
-    drift(x, t, par, mats, ws, out, ls)
-    n, d = x.shape
-    for i in range(n):
-        if ls[i] != 0.0:
-            s = np.exp(ls[i])
-            for k in range(d):
-                out[i, k] *= s
-
-
-@njit(nogil=True, cache=True)
-def retract(x, coef, ls, inc):
-    """x_i <- N(x_i + coef e^{ls_i} inc_i) in place; False if a row is non-finite or zero.
-
-    The scale is applied on the side where it is <= 1 (N is invariant under positive scaling).
-    A row with inc_i exactly 0 is left untouched (no renormalisation rounding): a fixed token stays
-    bitwise fixed. x, inc: (n, d); ls: (n,).
-    """
-    n, d = x.shape
-    for i in range(n):
-        moving = False
-        for k in range(d):
-            if inc[i, k] != 0.0:
-                moving = True
-        if not moving:
-            continue
-        if ls[i] > 0.0:
-            fx = np.exp(-ls[i])
-            fa = coef
-        else:
-            fx = 1.0
-            fa = coef * np.exp(ls[i])
-        norm2 = 0.0
-        for k in range(d):
-            yk = fx * x[i, k] + fa * inc[i, k]
-            x[i, k] = yk
-            norm2 += yk * yk
-        norm = np.sqrt(norm2)
-        if not (norm > 0.0 and norm < np.inf):
-            return False
-        for k in range(d):
-            x[i, k] /= norm
-    return True
-
-
-@njit(nogil=True, cache=True)
-def step(x, t, h, integrator, par, mats, ws, stages, ls):
-    """Advance x (n, d) in place by one step; False if the state became non-finite.
-
-    stages: (5, n, d) scratch; ls: (n,) scratch.
-    """
-    if integrator == EULER:
-        k1 = stages[0]
-        drift(x, t, par, mats, ws, k1, ls)
-        return retract(x, h, ls, k1)
-    n, d = x.shape
-    k1, k2, k3, k4, y = stages[0], stages[1], stages[2], stages[3], stages[4]
-    field(x, t, par, mats, ws, ls, k1)
-    if integrator == HEUN:
-        for i in range(n):
-            for k in range(d):
-                y[i, k] = x[i, k] + h * k1[i, k]
-        field(y, t + h, par, mats, ws, ls, k2)
-        for i in range(n):
-            ls[i] = 0.0
-            for k in range(d):
-                y[i, k] = k1[i, k] + k2[i, k]
-        return retract(x, 0.5 * h, ls, y)
-    for i in range(n):
-        for k in range(d):
-            y[i, k] = x[i, k] + 0.5 * h * k1[i, k]
-    field(y, t + 0.5 * h, par, mats, ws, ls, k2)
-    for i in range(n):
-        for k in range(d):
-            y[i, k] = x[i, k] + 0.5 * h * k2[i, k]
-    field(y, t + 0.5 * h, par, mats, ws, ls, k3)
-    for i in range(n):
-        for k in range(d):
-            y[i, k] = x[i, k] + h * k3[i, k]
-    field(y, t + h, par, mats, ws, ls, k4)
-    for i in range(n):
-        ls[i] = 0.0
-        for k in range(d):
-            y[i, k] = k1[i, k] + 2.0 * k2[i, k] + 2.0 * k3[i, k] + k4[i, k]
-    return retract(x, h / 6.0, ls, y)
 
 
 @njit(nogil=True, cache=True)

@@ -254,10 +254,14 @@ def record_provenance(path: str | Path, worker_hosts: set[str]) -> None:
     import zarr
 
     group = zarr.open_group(str(path), mode="r+", use_consolidated=True)
+    update = {}
     hosts = sorted(set(group.attrs.get("worker_hosts", [])) | set(worker_hosts))
-    update = {"worker_hosts": hosts}
-    if (read_status(path) == DONE).all():
+    if hosts != group.attrs.get("worker_hosts"):
+        update["worker_hosts"] = hosts
+    if (worker_hosts or "completed_at" not in group.attrs) and (read_status(path) == DONE).all():
         update["completed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if not update:  # nothing was computed: a resume of a finished store changes nothing
+        return
     group.attrs.update(update)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)

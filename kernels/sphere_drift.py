@@ -1,0 +1,330 @@
+"""Drift and one integration step of the sphere attention flows (`sphere_flow`, models.md 1, 2, 6).
+
+State x (n, d), tokens as rows. The drift is evaluated in the transposed layout (xt, at, ft: (d, n))
+with the weight matrix stored key-major, e[j, i] = weight of key j for query i, so that every
+elementwise loop runs over the contiguous query index i with no reduction in it and vectorises
+without reassociation (no fastmath). The three products, logits e = x (P^T xt) (Q = K = I: the Gram
+x xt), the weighted sum at = xt e and, for general values, V_h at, are 2-D float64 `np.dot` calls,
+which numba hands to the BLAS dgemm that scipy ships: single-threaded, it returns the same bits for
+the same inputs on the same machine, so runs stay deterministic (they agree with a plain NumPy
+evaluation to rounding, ~1e-15, not bitwise). Row sums (softmax normalisers, the head combination,
+the tangent projection) are serial sums over j or k.
+
+Causal attention keeps the full products and sets e[j, i] = 0 for keys j > i: they add exact zeros.
+
+Stable evaluation: see `sphere_flow`. With Q = K = I (not time-varying, beta >= 0) the shift is the
+common constant beta max_k |x_k|^2 (the Gram's largest diagonal entry), the exponentials are taken
+on the upper triangle j <= i only and mirrored, so the weight matrix is exactly symmetric.
+"""
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+SA = 0
+USA = 1
+EULER = 0
+HEUN = 1
+RK4 = 2
+# value fast paths
+V_IDENTITY = 0
+V_MINUS_IDENTITY = 1
+V_GENERAL = 2
+# time-varying modes
+TV_NONE = 0
+TV_COS = 1
+TV_ABS_COS = 2
+
+
+@intrinsic
+def _int64_bits_as_float64(typingctx, bits):
+    """Reinterpret the bits of an int64 as a float64 (for 2^k in `exp_vec`)."""
+    sig = types.float64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+
+    return sig, codegen
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01  # trailing zeros: k * _LN2_HI is exact for |k| < 2^11
+_LN2_LO = 1.90821492927058770002e-10
+_TINY = 2.2250738585072014e-308  # smallest normal float64
+
+
+@njit(nogil=True, cache=True, inline="always")
+def exp_vec(x):
+    """exp(x) within 1 ulp for |x| <= 708, written so that loops over it vectorise (libm's exp
+    does not): x = k ln2 + r (Cody-Waite), |r| <= ln2/2, e^r by its Taylor polynomial of degree 13
+    (truncation < 5e-18), times 2^k built from its bits. x is clamped to [-708, 708] (exp(-708) ~
+    3e-308 stands in for smaller values: a weight relative to the row's largest, 1); NaN stays NaN.
+    """
+    x = x if not (x < -708.0) else -708.0
+    x = x if not (x > 708.0) else 708.0
+    kf = np.floor(x * _LOG2E + 0.5)
+    r = (x - kf * _LN2_HI) - kf * _LN2_LO
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = p * r + 1.0
+    p = p * r + 1.0
+    ki = np.int64(kf) if kf == kf else np.int64(0)  # NaN: any k, p is NaN
+    return p * _int64_bits_as_float64((ki + 1023) << 52)
+
+
+@njit(nogil=True, cache=True)
+def _weights(x, t, h, par, mats, ws):
+    """Attention of head h in the transposed layout: at[:, i] = sum_j w_ij x_j, lsh[i] = log-scale.
+
+    e[j, i] holds exp(logit_ij - shift_i) for the keys j of query i, 0 for masked (causal) keys.
+    Returns True when the weights do not depend on the head (Q = K = I, not time-varying).
+    """
+    beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0 = par
+    m = mats[0]
+    amp, omega, phase = mats[2], mats[3], mats[4]
+    xt, yt, at, bt, ft, e, tot, mx, lsh, mt, dfac = ws  # `sphere_flow.workspace`
+    n, d = x.shape
+    symmetric = qk_identity and tv_mode == TV_NONE and beta >= 0.0
+    if symmetric:
+        # e_ij = exp(beta (<x_i, x_j> - c)), c = max_k |x_k|^2 >= <x_i, x_j>: one symmetric matrix
+        np.dot(x, xt, e)
+        c = 0.0
+        for i in range(n):
+            c = max(c, e[i, i])
+        for j in range(n):
+            ej = e[j, j:]
+            for i in range(n - j):
+                ej[i] = exp_vec(beta * (ej[i] - c))
+        for j in range(n):
+            ej = e[j]
+            if causal:
+                for i in range(j):
+                    ej[i] = 0.0
+            else:
+                for i in range(j):
+                    ej[i] = e[i, j]
+        for i in range(n):
+            mx[i] = beta * c
+    else:
+        for p in range(d):
+            dp = 1.0
+            if tv_mode != TV_NONE:
+                dp = amp[h, p] * np.cos(omega[h, p] * t + phase[h, p])
+                if tv_mode == TV_ABS_COS:
+                    dp = abs(dp)
+            for q in range(d):
+                mt[p, q] = dp * m[h, p, q]
+        np.dot(mt.T, xt, yt)  # yt[:, i] = P(t)^T x_i, so that logit_ij = beta <x_j, yt[:, i]>
+        np.dot(x, yt, e)
+        for i in range(n):
+            mx[i] = -np.inf
+        for j in range(n):
+            i0 = j if causal else 0
+            ej = e[j, i0:]
+            mxj = mx[i0:]
+            for i in range(n - i0):
+                ej[i] = beta * ej[i]
+                mxj[i] = max(mxj[i], ej[i])
+        for j in range(n):
+            ej = e[j]
+            i0 = j if causal else 0
+            for i in range(i0):
+                ej[i] = 0.0
+            for i in range(i0, n):
+                ej[i] = exp_vec(ej[i] - mx[i])
+    # normalisers: serial sums over keys j, vectorised over queries i
+    for i in range(n):
+        tot[i] = 0.0
+    for j in range(n):
+        ej = e[j]
+        for i in range(n):
+            tot[i] += ej[i]
+    np.dot(xt, e, at)
+    log_n = np.log(n)
+    for i in range(n):
+        if kind == SA:
+            lsh[i] = log_scale0
+        else:
+            lsh[i] = mx[i] - log_n + log_scale0
+    if kind == SA:
+        for i in range(n):
+            tot[i] = 1.0 / tot[i]
+        for k in range(d):
+            atk = at[k]
+            for i in range(n):
+                atk[i] *= tot[i]
+    return symmetric
+
+
+@njit(nogil=True, cache=True)
+def drift(x, t, par, mats, ws, f, ls):
+    """Drift of all tokens as f_i = exp(ls_i) * fhat_i (`sphere_flow` docstring).
+
+    x: (n, d) states (on or near the sphere). t: time. par: (beta, kind SA|USA, causal, qk_identity,
+    v_code, tv_mode, log_scale0). mats: (m (H, d, d) = Q^T K per head, v (H, d, d), amp, omega,
+    phase (H, d)). ws: `workspace(n, d, H)`. f: (n, d) output fhat; ls: (n,) output log-scales.
+    """
+    causal, v_code = par[2], par[4]
+    v = mats[1]
+    xt, yt, at, bt, ft, e, tot, mx, lsh, mt, dfac = ws  # `sphere_flow.workspace`
+    n, d = x.shape
+    heads = v.shape[0]
+    for i in range(n):
+        for k in range(d):
+            xt[k, i] = x[i, k]
+    shared = False
+    for h in range(heads):
+        if not shared:  # Q = K = I: every head has the same weights
+            shared = _weights(x, t, h, par, mats, ws)
+        if v_code == V_GENERAL:  # bt[:, i] = V_h at[:, i]
+            np.dot(v[h], at, bt)
+            b = bt
+        elif v_code == V_IDENTITY:
+            b = at
+        else:
+            for p in range(d):
+                for i in range(n):
+                    bt[p, i] = -at[p, i]
+            b = bt
+        if h == 0:
+            for i in range(n):
+                ls[i] = lsh[i]
+            if heads > 1:
+                for p in range(d):
+                    for i in range(n):
+                        ft[p, i] = b[p, i]
+        else:  # combine heads in log-scale
+            for i in range(n):
+                top = max(ls[i], lsh[i])
+                tot[i] = exp_vec(ls[i] - top)
+                mx[i] = exp_vec(lsh[i] - top)
+                ls[i] = top
+            for p in range(d):
+                for i in range(n):
+                    ft[p, i] = tot[i] * ft[p, i] + mx[i] * b[p, i]
+    fs = ft if heads > 1 else b
+    # tangent projection P_{x_i}, back to the (n, d) layout
+    for i in range(n):
+        tot[i] = 0.0
+    for k in range(d):
+        xtk = xt[k]
+        fsk = fs[k]
+        for i in range(n):
+            tot[i] += xtk[i] * fsk[i]
+    for i in range(n):
+        for k in range(d):
+            f[i, k] = fs[k, i] - tot[i] * x[i, k]
+    if causal and v_code != V_GENERAL:  # V = +-I: A_1 = +-x_1 exactly, token 1 does not move at all
+        for k in range(d):
+            f[0, k] = 0.0
+
+
+@njit(nogil=True, cache=True)
+def field(x, t, par, mats, ws, ls, out):
+    """Drift with its scale applied: out (n, d) = exp(ls_i) fhat_i; ls: (n,) scratch."""
+    drift(x, t, par, mats, ws, out, ls)
+    n, d = x.shape
+    for i in range(n):
+        if ls[i] != 0.0:
+            s = np.exp(ls[i])
+            for k in range(d):
+                out[i, k] *= s
+
+
+@njit(nogil=True, cache=True)
+def retract(x, coef, ls, inc):
+    """x_i <- N(x_i + coef e^{ls_i} inc_i) in place; False if a row is non-finite or zero.
+
+    The scale is applied on the side where it is <= 1 (N is invariant under positive scaling);
+    a finite, non-zero row whose squared norm underflows is divided by its largest entry first.
+    A row with inc_i exactly 0 is left untouched (no renormalisation rounding): a fixed token stays
+    bitwise fixed. x, inc: (n, d); ls: (n,).
+    """
+    n, d = x.shape
+    for i in range(n):
+        moving = False
+        for k in range(d):
+            if inc[i, k] != 0.0:
+                moving = True
+        if not moving:
+            continue
+        if ls[i] > 0.0:
+            fx = np.exp(-ls[i])
+            fa = coef
+        else:
+            fx = 1.0
+            fa = coef * np.exp(ls[i])
+        norm2 = 0.0
+        for k in range(d):
+            yk = fx * x[i, k] + fa * inc[i, k]
+            x[i, k] = yk
+            norm2 += yk * yk
+        if not norm2 >= _TINY:  # |y|^2 underflowed (or NaN): normalise y / max_k |y_k| first
+            top = 0.0
+            for k in range(d):
+                top = max(top, abs(x[i, k]))
+            if not top > 0.0:
+                return False
+            norm2 = 0.0
+            for k in range(d):
+                yk = x[i, k] / top
+                x[i, k] = yk
+                norm2 += yk * yk
+        norm = np.sqrt(norm2)
+        if not (norm > 0.0 and norm < np.inf):
+            return False
+        for k in range(d):
+            x[i, k] /= norm
+    return True
+
+
+@njit(nogil=True, cache=True)
+def step(x, t, h, integrator, par, mats, ws, stages, ls):
+    """Advance x (n, d) in place by one step; False if the state became non-finite.
+
+    stages: (5, n, d) scratch; ls: (n,) scratch.
+    """
+    if integrator == EULER:
+        k1 = stages[0]
+        drift(x, t, par, mats, ws, k1, ls)
+        return retract(x, h, ls, k1)
+    n, d = x.shape
+    k1, k2, k3, k4, y = stages[0], stages[1], stages[2], stages[3], stages[4]
+    field(x, t, par, mats, ws, ls, k1)
+    if integrator == HEUN:
+        for i in range(n):
+            for k in range(d):
+                y[i, k] = x[i, k] + h * k1[i, k]
+        field(y, t + h, par, mats, ws, ls, k2)
+        for i in range(n):
+            ls[i] = 0.0
+            for k in range(d):
+                y[i, k] = k1[i, k] + k2[i, k]
+        return retract(x, 0.5 * h, ls, y)
+    for i in range(n):
+        for k in range(d):
+            y[i, k] = x[i, k] + 0.5 * h * k1[i, k]
+    field(y, t + 0.5 * h, par, mats, ws, ls, k2)
+    for i in range(n):
+        for k in range(d):
+            y[i, k] = x[i, k] + 0.5 * h * k2[i, k]
+    field(y, t + 0.5 * h, par, mats, ws, ls, k3)
+    for i in range(n):
+        for k in range(d):
+            y[i, k] = x[i, k] + h * k3[i, k]
+    field(y, t + h, par, mats, ws, ls, k4)
+    for i in range(n):
+        ls[i] = 0.0
+        for k in range(d):
+            y[i, k] = k1[i, k] + 2.0 * k2[i, k] + 2.0 * k3[i, k] + k4[i, k]
+    return retract(x, h / 6.0, ls, y)
