@@ -33,7 +33,7 @@ the matrices and once per trajectory, for each head omega_h (d uniforms on (0, 1
 import numpy as np
 from numba import njit
 
-from tokensweep.kernels.attention import normalize_rows, uniform_start
+from tokensweep.kernels.attention import normalize_rows
 
 # matrix ensemble codes (FIXED: use the given matrix; QK: V = Q^T K)
 FIXED = 0
@@ -54,14 +54,11 @@ INIT_CODES = {"uniform_sphere": UNIFORM_SPHERE, "hemisphere": HEMISPHERE, "equia
 
 
 @njit(nogil=True, cache=True)
-def draw_start(rng, kind, x):
-    """Fill x (n, d) with a start of the given kind (module docstring); False if degenerate."""
+def shape_start(kind, x):
+    """Turn x (n, d), holding n*d standard normals row-major, into a start of the given kind
+    (module docstring) in place; False if degenerate."""
     n, d = x.shape
     if kind == EQUIANGULAR:
-        z = rng.standard_normal(n * d)
-        for i in range(n):
-            for k in range(d):
-                x[i, k] = z[i * d + k]
         for _ in range(2):  # second pass: orthogonality to rounding
             for i in range(n):
                 for j in range(i):
@@ -79,11 +76,23 @@ def draw_start(rng, kind, x):
                 for k in range(d):
                     x[i, k] /= norm
         return True
-    ok = uniform_start(rng, x)
+    ok = normalize_rows(x)  # as `attention.uniform_start`
     if kind == HEMISPHERE:
         for i in range(n):
             x[i, 0] = abs(x[i, 0])
     return ok
+
+
+@njit(nogil=True, cache=True)
+def draw_start(rng, kind, x):
+    """Fill x (n, d) with a start of the given kind (module docstring); False if degenerate.
+    Draws n*d standard normals, row-major: the same numbers as rng.standard_normal((n, d))."""
+    n, d = x.shape
+    z = rng.standard_normal(n * d)
+    for i in range(n):
+        for k in range(d):
+            x[i, k] = z[i * d + k]
+    return shape_start(kind, x)
 
 
 @njit(nogil=True, cache=True)
@@ -119,20 +128,10 @@ def draw_matrix(rng, kind, out):
 
 
 @njit(nogil=True, cache=True)
-def draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m):
-    """Draw the random matrices of every head in the documented order; refresh m = Q^T K.
-
-    q_kind, k_kind: FIXED or an ensemble code; v_kind: FIXED, an ensemble code or QK.
-    q, k, v: (H, d, d), updated in place where drawn; m: (H, d, d) output, m[h] = q[h]^T k[h].
-    """
+def qk_products(q, k, v, v_kind, m):
+    """m[h] = q[h]^T k[h] for every head; v[h] = m[h] where v_kind is QK. q, k, v, m: (H, d, d)."""
     heads, d, _ = q.shape
     for h in range(heads):
-        if q_kind != FIXED:
-            draw_matrix(rng, q_kind, q[h])
-        if k_kind != FIXED:
-            draw_matrix(rng, k_kind, k[h])
-        if v_kind != FIXED and v_kind != QK:
-            draw_matrix(rng, v_kind, v[h])
         for a in range(d):
             for b in range(d):
                 acc = 0.0
@@ -141,6 +140,24 @@ def draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m):
                 m[h, a, b] = acc
         if v_kind == QK:
             v[h, :, :] = m[h]
+
+
+@njit(nogil=True, cache=True)
+def draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m):
+    """Draw the random matrices of every head in the documented order; refresh m = Q^T K.
+
+    q_kind, k_kind: FIXED or an ensemble code; v_kind: FIXED, an ensemble code or QK.
+    q, k, v: (H, d, d), updated in place where drawn; m: (H, d, d) output, m[h] = q[h]^T k[h].
+    """
+    heads = q.shape[0]
+    for h in range(heads):
+        if q_kind != FIXED:
+            draw_matrix(rng, q_kind, q[h])
+        if k_kind != FIXED:
+            draw_matrix(rng, k_kind, k[h])
+        if v_kind != FIXED and v_kind != QK:
+            draw_matrix(rng, v_kind, v[h])
+    qk_products(q, k, v, v_kind, m)
 
 
 @njit(nogil=True, cache=True)

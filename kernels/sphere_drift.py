@@ -5,10 +5,12 @@ with the weight matrix stored key-major, e[j, i] = weight of key j for query i, 
 elementwise loop runs over the contiguous query index i with no reduction in it and vectorises
 without reassociation (no fastmath). The three products, logits e = x (P^T xt) (Q = K = I: the Gram
 x xt), the weighted sum at = xt e and, for general values, V_h at, are 2-D float64 `np.dot` calls,
-which numba hands to the BLAS dgemm that scipy ships: single-threaded, it returns the same bits for
-the same inputs on the same machine, so runs stay deterministic (they agree with a plain NumPy
-evaluation to rounding, ~1e-15, not bitwise). Row sums (softmax normalisers, the head combination,
-the tangent projection) are serial sums over j or k.
+which numba hands to the BLAS dgemm that scipy ships (OpenBLAS): it returns the same bits for the
+same inputs on the same machine (checked here with 1 and 2 OpenBLAS threads: threads split the
+output, not the sums), so runs stay deterministic; they agree with a plain NumPy evaluation to
+rounding, ~1e-15, not bitwise. Other sums (softmax normalisers, head combination, tangent
+projection, norms) are serial over j or k, vectorised over i. `euler_step` fuses the projection
+with the retraction.
 
 Causal attention keeps the full products and sets e[j, i] = 0 for keys j > i: they add exact zeros.
 
@@ -18,6 +20,7 @@ on the upper triangle j <= i only and mirrored, so the weight matrix is exactly 
 """
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
@@ -47,9 +50,36 @@ def _int64_bits_as_float64(typingctx, bits):
     return sig, codegen
 
 
+@intrinsic
+def _float64_bits_as_int64(typingctx, x):
+    """Reinterpret the bits of a float64 as an int64 (k from the rounding shifter in `exp_vec`)."""
+    sig = types.int64(types.float64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.int64))
+
+    return sig, codegen
+
+
+@intrinsic
+def fma(typingctx, a, b, c):
+    """a * b + c with one rounding (IEEE fusedMultiplyAdd, llvm.fma: the same bits on every
+    machine, in hardware where there is an FMA unit); loops over it still vectorise."""
+    sig = types.float64(types.float64, types.float64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        f64 = ir.DoubleType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [f64], ir.FunctionType(f64, [f64] * 3))
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # trailing zeros: k * _LN2_HI is exact for |k| < 2^11
 _LN2_LO = 1.90821492927058770002e-10
+_SHIFTER = 6755399441055744.0  # 1.5 * 2^52: t + _SHIFTER rounds t (|t| < 2^51) to an integer
+_SHIFTER_BITS = 0x4338000000000000  # its bits: those of t + _SHIFTER minus these = that integer
 _TINY = 2.2250738585072014e-308  # smallest normal float64
 
 
@@ -57,28 +87,31 @@ _TINY = 2.2250738585072014e-308  # smallest normal float64
 def exp_vec(x):
     """exp(x) within 1 ulp for |x| <= 708, written so that loops over it vectorise (libm's exp
     does not): x = k ln2 + r (Cody-Waite), |r| <= ln2/2, e^r by its Taylor polynomial of degree 13
-    (truncation < 5e-18), times 2^k built from its bits. x is clamped to [-708, 708] (exp(-708) ~
-    3e-308 stands in for smaller values: a weight relative to the row's largest, 1); NaN stays NaN.
+    (truncation < 5e-18) in Horner form with fused multiply-adds, times 2^k built from its bits;
+    k = round(x log2 e) by the 1.5 * 2^52 shifter (no float-to-int conversion). x is clamped to
+    [-708, 708] (exp(-708) ~ 3e-308 stands in for smaller values: a weight relative to the row's
+    largest, 1); NaN stays NaN.
     """
     x = x if not (x < -708.0) else -708.0
     x = x if not (x > 708.0) else 708.0
-    kf = np.floor(x * _LOG2E + 0.5)
-    r = (x - kf * _LN2_HI) - kf * _LN2_LO
+    t = fma(x, _LOG2E, _SHIFTER)
+    kf = t - _SHIFTER
+    r = fma(-kf, _LN2_LO, fma(-kf, _LN2_HI, x))
     p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
-    ki = np.int64(kf) if kf == kf else np.int64(0)  # NaN: any k, p is NaN
+    p = fma(p, r, 1.0 / 479001600.0)
+    p = fma(p, r, 1.0 / 39916800.0)
+    p = fma(p, r, 1.0 / 3628800.0)
+    p = fma(p, r, 1.0 / 362880.0)
+    p = fma(p, r, 1.0 / 40320.0)
+    p = fma(p, r, 1.0 / 5040.0)
+    p = fma(p, r, 1.0 / 720.0)
+    p = fma(p, r, 1.0 / 120.0)
+    p = fma(p, r, 1.0 / 24.0)
+    p = fma(p, r, 1.0 / 6.0)
+    p = fma(p, r, 0.5)
+    p = fma(p, r, 1.0)
+    p = fma(p, r, 1.0)
+    ki = _float64_bits_as_int64(t) - _SHIFTER_BITS  # NaN: some k, p is NaN
     return p * _int64_bits_as_float64((ki + 1023) << 52)
 
 
@@ -92,7 +125,7 @@ def _weights(x, t, h, par, mats, ws):
     beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0 = par
     m = mats[0]
     amp, omega, phase = mats[2], mats[3], mats[4]
-    xt, yt, at, bt, ft, e, tot, mx, lsh, mt, dfac = ws  # `sphere_flow.workspace`
+    xt, yt, at, bt, ft, e, tot, mx, lsh, u1, u2, mt = ws  # `sphere_flow.workspace`
     n, d = x.shape
     symmetric = qk_identity and tv_mode == TV_NONE and beta >= 0.0
     if symmetric:
@@ -167,16 +200,14 @@ def _weights(x, t, h, par, mats, ws):
 
 
 @njit(nogil=True, cache=True)
-def drift(x, t, par, mats, ws, f, ls):
-    """Drift of all tokens as f_i = exp(ls_i) * fhat_i (`sphere_flow` docstring).
+def _head_sum(x, t, par, mats, ws, ls):
+    """fs[:, i] = exp(-ls_i) sum_h exp(lsh_i) V_h A^h_i in the transposed layout (d, n); fills xt.
 
-    x: (n, d) states (on or near the sphere). t: time. par: (beta, kind SA|USA, causal, qk_identity,
-    v_code, tv_mode, log_scale0). mats: (m (H, d, d) = Q^T K per head, v (H, d, d), amp, omega,
-    phase (H, d)). ws: `workspace(n, d, H)`. f: (n, d) output fhat; ls: (n,) output log-scales.
+    Returns fs, one of the workspace's (d, n) arrays (at, bt or ft); ls: (n,) output log-scales.
     """
-    causal, v_code = par[2], par[4]
+    v_code = par[4]
     v = mats[1]
-    xt, yt, at, bt, ft, e, tot, mx, lsh, mt, dfac = ws  # `sphere_flow.workspace`
+    xt, yt, at, bt, ft, e, tot, mx, lsh, u1, u2, mt = ws
     n, d = x.shape
     heads = v.shape[0]
     for i in range(n):
@@ -199,10 +230,11 @@ def drift(x, t, par, mats, ws, f, ls):
         if h == 0:
             for i in range(n):
                 ls[i] = lsh[i]
-            if heads > 1:
-                for p in range(d):
-                    for i in range(n):
-                        ft[p, i] = b[p, i]
+            if heads == 1:
+                return b
+            for p in range(d):
+                for i in range(n):
+                    ft[p, i] = b[p, i]
         else:  # combine heads in log-scale
             for i in range(n):
                 top = max(ls[i], lsh[i])
@@ -212,21 +244,98 @@ def drift(x, t, par, mats, ws, f, ls):
             for p in range(d):
                 for i in range(n):
                     ft[p, i] = tot[i] * ft[p, i] + mx[i] * b[p, i]
-    fs = ft if heads > 1 else b
-    # tangent projection P_{x_i}, back to the (n, d) layout
+    return ft
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _radial(xt, fs, dot):
+    """dot[i] = <x_i, fs_i> (serial over k, vectorised over i); xt, fs: (d, n)."""
+    d, n = xt.shape
     for i in range(n):
-        tot[i] = 0.0
+        dot[i] = 0.0
     for k in range(d):
         xtk = xt[k]
         fsk = fs[k]
         for i in range(n):
-            tot[i] += xtk[i] * fsk[i]
+            dot[i] += xtk[i] * fsk[i]
+
+
+@njit(nogil=True, cache=True)
+def drift(x, t, par, mats, ws, f, ls):
+    """Drift of all tokens as f_i = exp(ls_i) * fhat_i (`sphere_flow` docstring).
+
+    x: (n, d) states (on or near the sphere). t: time. par: (beta, kind SA|USA, causal, qk_identity,
+    v_code, tv_mode, log_scale0). mats: (m (H, d, d) = Q^T K per head, v (H, d, d), amp, omega,
+    phase (H, d)). ws: `sphere_flow.workspace(n, d, H)`. f: (n, d) output fhat; ls: (n,) output
+    log-scales.
+    """
+    causal, v_code = par[2], par[4]
+    xt, tot = ws[0], ws[6]
+    n, d = x.shape
+    fs = _head_sum(x, t, par, mats, ws, ls)
+    _radial(xt, fs, tot)  # tangent projection P_{x_i}, back to the (n, d) layout
     for i in range(n):
         for k in range(d):
             f[i, k] = fs[k, i] - tot[i] * x[i, k]
     if causal and v_code != V_GENERAL:  # V = +-I: A_1 = +-x_1 exactly, token 1 does not move at all
         for k in range(d):
             f[0, k] = 0.0
+
+
+@njit(nogil=True, cache=True)
+def euler_step(x, t, h, par, mats, ws, ls):
+    """drift + retract(x, h, ls, f) fused, in the transposed layout; same formulas, same result
+    up to the rounding of the normalisation (one reciprocal per token). False if non-finite."""
+    causal, v_code = par[2], par[4]
+    xt, yt, at, bt, ft, e, dot, fx, fa, norm2, moved, mt = ws
+    n, d = x.shape
+    fs = _head_sum(x, t, par, mats, ws, ls)
+    _radial(xt, fs, dot)
+    for i in range(n):  # x_i + h e^{ls_i} inc_i, the scale on the side where it is <= 1
+        if ls[i] > 0.0:
+            fx[i] = np.exp(-ls[i])
+            fa[i] = h
+        elif ls[i] < 0.0:
+            fx[i] = 1.0
+            fa[i] = h * np.exp(ls[i])
+        else:
+            fx[i] = 1.0
+            fa[i] = h
+        norm2[i] = 0.0
+        moved[i] = 0.0
+    for k in range(d):
+        xtk = xt[k]
+        fsk = fs[k]
+        ytk = yt[k]
+        for i in range(n):
+            inc = fsk[i] - dot[i] * xtk[i]
+            y = fx[i] * xtk[i] + fa[i] * inc
+            ytk[i] = y
+            norm2[i] += y * y
+            moved[i] += abs(inc)  # 0 iff inc_i = 0 exactly (NaN: not 0)
+    if causal and v_code != V_GENERAL:  # V = +-I: token 1 does not move at all
+        moved[0] = 0.0
+    for i in range(n):
+        if moved[i] == 0.0:  # inc_i exactly 0: the token stays bitwise fixed
+            continue
+        nrm2 = norm2[i]
+        if not nrm2 >= _TINY:  # |y|^2 underflowed (or NaN): normalise y / max_k |y_k| first
+            top = 0.0
+            for k in range(d):
+                top = max(top, abs(yt[k, i]))
+            if not top > 0.0:
+                return False
+            nrm2 = 0.0
+            for k in range(d):
+                yt[k, i] /= top
+                nrm2 += yt[k, i] * yt[k, i]
+        norm = np.sqrt(nrm2)
+        if not (norm > 0.0 and norm < np.inf):
+            return False
+        s = 1.0 / norm
+        for k in range(d):
+            x[i, k] = yt[k, i] * s
+    return True
 
 
 @njit(nogil=True, cache=True)
@@ -283,8 +392,9 @@ def retract(x, coef, ls, inc):
         norm = np.sqrt(norm2)
         if not (norm > 0.0 and norm < np.inf):
             return False
+        s = 1.0 / norm
         for k in range(d):
-            x[i, k] /= norm
+            x[i, k] *= s
     return True
 
 
@@ -295,9 +405,7 @@ def step(x, t, h, integrator, par, mats, ws, stages, ls):
     stages: (5, n, d) scratch; ls: (n,) scratch.
     """
     if integrator == EULER:
-        k1 = stages[0]
-        drift(x, t, par, mats, ws, k1, ls)
-        return retract(x, h, ls, k1)
+        return euler_step(x, t, h, par, mats, ws, ls)
     n, d = x.shape
     k1, k2, k3, k4, y = stages[0], stages[1], stages[2], stages[3], stages[4]
     field(x, t, par, mats, ws, ls, k1)

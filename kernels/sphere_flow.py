@@ -14,8 +14,9 @@ Stable evaluation. Each head's row i is computed as A^h_i = exp(c^h_i) Ahat^h_i 
 <= 1: logits minus the row max m_i (SA: c = 0; USA: c = m_i - log n), so beta up to 1e3 neither
 overflows nor gives NaN. When Q = K = I (not time-varying, beta >= 0) the shift is the common
 constant beta max_k |x_k|^2 >= every logit (Cauchy-Schwarz), which makes the weight matrix symmetric:
-half the inner products and exponentials. Heads are combined in log-scale, so the drift is
-f_i = exp(c_i) fhat_i.
+half the exponentials. Heads are combined in log-scale, so the drift is f_i = exp(c_i) fhat_i.
+The drift and the steps live in `sphere_drift` (re-exported here): products by BLAS dgemm, the rest
+in loops that vectorise, deterministic (not bitwise equal to a NumPy evaluation: ~1e-15).
 
 Integrators, h = T / layers, t_k = k h:
 - euler (retraction Euler, the papers' scheme): x <- N(x + h f(x, t)), with the scale e^{c_i} put
@@ -39,6 +40,9 @@ class, cluster count, t_hit, nonfinite) and
 Randomness: per trajectory, from its own Generator: the start, then the matrices, then (for
 "rst_random_frequencies") the schedule, then every `period` steps the matrices again (order in
 `ensembles`). A trajectory that becomes non-finite stops: NaN/0/False from that checkpoint on.
+When only the start is random (no matrix ensemble, no random schedule) the starts' normals are drawn
+in Python (`Generator.standard_normal`, the same numbers numba draws) and blocks of trajectories
+are integrated by one call (`trajectories_from_normals`); otherwise one `trajectory` call each.
 """
 
 import numpy as np
@@ -50,6 +54,8 @@ from tokensweep.kernels.ensembles import (
     draw_start,
     draw_weights,
     in_open_hemisphere,
+    qk_products,
+    shape_start,
 )
 from tokensweep.kernels.outcomes import OutputSpec
 from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift, retract, ...)
@@ -88,11 +94,13 @@ OUTPUTS["energy"] = OutputSpec(
 
 @njit(nogil=True, cache=True)
 def workspace(n, d, heads):
-    """Scratch arrays of the drift: (xt, yt, at, bt, ft (d, n); e (n, n); tot, mx, lsh (n,);
-    mt (d, d); dfac (d,))."""
+    """Scratch arrays of `sphere_drift.drift` / `euler_step`: (xt, yt, at, bt, ft (d, n);
+    e (n, n); tot, mx, lsh, u1, u2 (n,); mt (d, d)). Defined here, next to its caller `trajectory`
+    (a cached function returning arrays, defined in another module than its cached caller, fails
+    to box its result when later called from Python: numba 0.68)."""
     return (np.empty((d, n)), np.empty((d, n)), np.empty((d, n)), np.empty((d, n)),
             np.empty((d, n)), np.empty((n, n)), np.empty(n), np.empty(n), np.empty(n),
-            np.empty((d, d)), np.empty(d))
+            np.empty(n), np.empty(n), np.empty((d, d)))
 
 
 @njit(nogil=True, cache=True)
@@ -124,10 +132,14 @@ def energy(g, beta):
     for i in range(n):
         for j in range(n):
             top = max(top, beta * g[i, j])
-    acc = 0.0
+    col = np.zeros(n)  # column sums (vectorised over j), then their serial sum
     for i in range(n):
+        gi = g[i]
         for j in range(n):
-            acc += np.exp(beta * g[i, j] - top)
+            col[j] += exp_vec(beta * gi[j] - top)
+    acc = 0.0
+    for j in range(n):
+        acc += col[j]
     return np.sign(beta) * np.exp(top + np.log(acc / (2.0 * abs(beta) * n * n)))
 
 
@@ -141,37 +153,27 @@ def record(x, c, beta, delta, eps, g, omin, omax, cls, ncl, fclose, hemi, en):
 
 
 @njit(nogil=True, cache=True)
-def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, q, k, v,
-               tv, period, delta, eps, omin, omax, cls, ncl, fclose, hemi, en, states):
-    """Integrate one trajectory and fill its output rows; returns nonfinite.
-
-    kinds: (q_kind, k_kind, v_kind) ensemble codes. q, k, v: (H, d, d) fixed matrices (overwritten
-    where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
-    omin, omax, fclose, en: (nt,) float64; cls (nt,) int8; ncl (nt,) int16; hemi (nt,) bool.
-    states: (nt, n, d) output, or (0, n, d) to skip.
-    """
+def _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, par, integrator, period, delta, eps,
+               omin, omax, cls, ncl, fclose, hemi, en, states):
+    """Integrate from the start x (n, d) (ok: the start is valid) and fill the output rows of one
+    trajectory (`trajectory`); returns nonfinite. rng: the trajectory's Generator, for the redraws
+    every `period` steps, or None where nothing is ever redrawn (then q, k are not used)."""
     beta = par[0]
-    amp, omega, phase, random_frequencies = tv
+    m, v = mats[0], mats[1]
     q_kind, k_kind, v_kind = kinds
-    heads = q.shape[0]
-    x = np.empty((n, d))
-    m = np.empty((heads, d, d))
-    ws = workspace(n, d, heads)
+    n, d = x.shape
+    ws = workspace(n, d, m.shape[0])
     stages = np.empty((5, n, d))
     ls = np.empty(n)
     g = np.empty((n, n))
-    ok = draw_start(rng, init, x)
-    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m)
-    if random_frequencies:
-        draw_frequencies(rng, omega, phase)
-    mats = (m, v, amp, omega, phase)
     redraw = q_kind != 0 or k_kind != 0 or v_kind != 0
     c = 0
     nt = ckpt.shape[0]
     if ok:
         for s in range(layers):
             if period > 0 and s > 0 and s % period == 0 and redraw:
-                draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m)
+                if rng is not None:
+                    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m)
             if not step(x, s * h, h, integrator, par, mats, ws, stages, ls):
                 ok = False
                 break
@@ -189,6 +191,48 @@ def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, 
             if states.shape[0] > 0:
                 states[j] = np.nan
     return not ok
+
+
+@njit(nogil=True, cache=True)
+def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, q, k, v,
+               tv, period, delta, eps, omin, omax, cls, ncl, fclose, hemi, en, states):
+    """Integrate one trajectory and fill its output rows; returns nonfinite.
+
+    kinds: (q_kind, k_kind, v_kind) ensemble codes. q, k, v: (H, d, d) fixed matrices (overwritten
+    where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
+    omin, omax, fclose, en: (nt,) float64; cls (nt,) int8; ncl (nt,) int16; hemi (nt,) bool.
+    states: (nt, n, d) output, or (0, n, d) to skip.
+    """
+    amp, omega, phase, random_frequencies = tv
+    q_kind, k_kind, v_kind = kinds
+    x = np.empty((n, d))
+    m = np.empty((q.shape[0], d, d))
+    ok = draw_start(rng, init, x)
+    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m)
+    if random_frequencies:
+        draw_frequencies(rng, omega, phase)
+    mats = (m, v, amp, omega, phase)
+    return _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, par, integrator, period,
+                      delta, eps, omin, omax, cls, ncl, fclose, hemi, en, states)
+
+
+@njit(nogil=True, cache=True)
+def trajectories_from_normals(z, r0, init, mats, h, layers, ckpt, times, par, integrator,
+                              delta, eps, omin, omax, cls, ncl, fclose, hemi, en, states,
+                              nonfinite, t_hit):
+    """Trajectories r0, r0 + 1, ... of a run whose only random draw is the start: z (B, n, d) holds
+    each one's n*d standard normals (row-major, as `draw_start` draws them; overwritten).
+    mats: (m, v, amp, omega, phase) fixed. Outputs: the full (ntraj, ...) arrays, rows r0 to
+    r0 + B - 1."""
+    kinds = (0, 0, 0)
+    for b in range(z.shape[0]):
+        r = r0 + b
+        x = z[b]
+        ok = shape_start(init, x)
+        nonfinite[r] = _integrate(x, ok, None, kinds, mats[0], mats[0], mats, h, layers, ckpt, par,
+                                  integrator, 0, delta, eps, omin[r], omax[r], cls[r], ncl[r],
+                                  fclose[r], hemi[r], en[r], states[r])
+        t_hit[r] = outcomes.hit_time(cls[r], times)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,7 +356,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     return_states: also return "states" (ntraj, nt, n, d).
     Returns {name: array} with (ntraj, nt) per-checkpoint and (ntraj,) per-trajectory outputs.
     """
-    from tokensweep.kernels.ensembles import INIT_CODES
+    from tokensweep.kernels.ensembles import FIXED, INIT_CODES, QK
 
     ckpt = outcomes.check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers,
                                            attention, ATTENTIONS, eps)
@@ -342,17 +386,38 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     out = outcomes.allocate_outputs(ntraj, nt, OUTPUTS)
     states = np.full((ntraj, nt if return_states else 0, n, d), np.nan)
     times = h * ckpt.astype(np.float64)
-    for r, rng in enumerate(rngs):
-        tv = (amp.copy(), omega.copy(), phase.copy(), random_freq)
-        nonfinite = trajectory(
-            rng, n, d, h, layers, ckpt, times, par, INTEGRATOR_CODES[integrator], INIT_CODES[init],
-            kinds, q.copy(), k.copy(), v.copy(), tv, int(period), float(delta), float(eps),
-            out["overlap_min"][r], out["overlap_max"][r], out["cluster_class"][r],
-            out["n_clusters"][r], out["frac_close"][r], out["in_hemisphere"][r], out["energy"][r],
-            states[r],
-        )
-        out["nonfinite"][r] = nonfinite
-        out["t_hit"][r] = outcomes.hit_time(out["cluster_class"][r], times)
+    codes = (INTEGRATOR_CODES[integrator], INIT_CODES[init])
+    q_kind, k_kind, v_kind = kinds
+    if q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq:
+        # nothing but the start is random: draw the starts' normals here (the same numbers as
+        # `draw_start`), integrate a block of trajectories per call (no per-trajectory dispatch)
+        m = np.empty_like(q)
+        qk_products(q, k, v, v_kind, m)
+        mats = (m, v, amp, omega, phase)
+        block = max(1, (1 << 18) // (n * d))
+        rng_iter = iter(rngs)
+        for r0 in range(0, ntraj, block):
+            z = np.empty((min(block, ntraj - r0), n, d))
+            for b in range(z.shape[0]):
+                next(rng_iter).standard_normal(out=z[b])
+            trajectories_from_normals(
+                z, r0, codes[1], mats, h, layers, ckpt, times, par, codes[0], float(delta),
+                float(eps), out["overlap_min"], out["overlap_max"], out["cluster_class"],
+                out["n_clusters"], out["frac_close"], out["in_hemisphere"], out["energy"], states,
+                out["nonfinite"], out["t_hit"],
+            )
+    else:
+        for r, rng in enumerate(rngs):
+            tv = (amp.copy(), omega.copy(), phase.copy(), random_freq)
+            nonfinite = trajectory(
+                rng, n, d, h, layers, ckpt, times, par, codes[0], codes[1], kinds, q.copy(),
+                k.copy(), v.copy(), tv, int(period), float(delta), float(eps),
+                out["overlap_min"][r], out["overlap_max"][r], out["cluster_class"][r],
+                out["n_clusters"][r], out["frac_close"][r], out["in_hemisphere"][r],
+                out["energy"][r], states[r],
+            )
+            out["nonfinite"][r] = nonfinite
+            out["t_hit"][r] = outcomes.hit_time(out["cluster_class"][r], times)
     if return_states:
         out["states"] = states
     return out
