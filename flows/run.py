@@ -90,7 +90,10 @@ def point_workers_at(scheduler: str, env: dict[str, str]) -> None:
 def prepare_environment(scheduler: str | None) -> str:
     """One Prefect API for the flow and its workers; returns its URL."""
     api_url = ensure_server()
-    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+    # One partition per single-threaded worker process: threads inside a kernel (numba or the
+    # BLAS behind its np.dot) would only oversubscribe the cores. Local workers inherit these.
+    for key in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(key, "1")
     if scheduler:
         point_workers_at(scheduler, {k: os.environ[k] for k in WORKER_ENV_KEYS if k in os.environ})
     return api_url

@@ -18,6 +18,7 @@ import time
 import numpy as np
 import pytest
 import xarray as xr
+from distributed import Client
 from conftest import SPECS, TOKENSWEEP, output_cube
 from typer.testing import CliRunner
 
@@ -103,7 +104,12 @@ def test_killed_flow_process_then_unlock_and_rerun(
     wait_until(lambda: store.exists() and 12 - not_done(store) >= 3, 120, "three partitions done")
     sweep.send_signal(signal.SIGKILL)
     sweep.wait(timeout=30)
-    # partitions already running on the (surviving) workers finish; then the store is still
+    # the surviving workers may still start queued partitions until the scheduler notices the
+    # dead client and forgets its tasks; only then is the count of partitions not done final
+    count_tasks = lambda dask_scheduler: len(dask_scheduler.tasks)  # noqa: E731 (pickled by value)
+    with Client(scheduler_file=dask_cluster.scheduler_file, timeout=30) as client:
+        wait_until(lambda: client.run_on_scheduler(count_tasks) == 0, 60,
+                   "the scheduler to forget the killed flow's tasks")
     wait_until(lambda: not running(store), 60, "the running partitions to finish")
     k = not_done(store)
     assert 0 < k < 12
