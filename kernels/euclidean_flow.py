@@ -42,7 +42,7 @@ Outcomes (`OUTPUTS`), ntraj first, `t` second for per-checkpoint ones:
 import numpy as np
 from numba import njit
 
-from .outcomes import OutputSpec
+from .outcomes import OutputSpec, find_root
 
 EULER = 0
 RK4 = 1
@@ -208,14 +208,6 @@ def _all_finite(z):
 
 
 @njit(nogil=True, cache=True)
-def _root(parent, i):
-    while parent[i] != i:
-        parent[i] = parent[parent[i]]  # path halving
-        i = parent[i]
-    return i
-
-
-@njit(nogil=True, cache=True)
 def count_clusters_dist(z, thr):
     """Components of the graph on the rows of z (n, d) with an edge where |z_i - z_j| <= thr."""
     n, d = z.shape
@@ -229,8 +221,8 @@ def count_clusters_dist(z, thr):
                 diff = z[i, a] - z[j, a]
                 dist2 += diff * diff
             if dist2 <= thr2:
-                ri = _root(parent, i)
-                rj = _root(parent, j)
+                ri = find_root(parent, i)
+                rj = find_root(parent, j)
                 if ri != rj:
                     parent[rj] = ri
                     count -= 1

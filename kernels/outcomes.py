@@ -115,7 +115,8 @@ def classify(lo, lo_abs, eps):
 
 
 @njit(nogil=True, cache=True)
-def _find(parent, i):
+def find_root(parent, i):
+    """Union-find root of i, halving the path on the way (parent: (n,) int64, modified)."""
     while parent[i] != i:
         parent[i] = parent[parent[i]]  # path halving
         i = parent[i]
@@ -131,8 +132,8 @@ def count_clusters(g, eps):
     for i in range(n):
         for j in range(i + 1, n):
             if g[i, j] >= 1.0 - eps:
-                ri = _find(parent, i)
-                rj = _find(parent, j)
+                ri = find_root(parent, i)
+                rj = find_root(parent, j)
                 if ri != rj:
                     parent[rj] = ri
                     count -= 1
