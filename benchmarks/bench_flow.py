@@ -16,7 +16,6 @@ PREFECT_API_URL is set. Run it on a quiet machine: the load average is printed.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import subprocess

@@ -67,7 +67,6 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, eps, b
     batch: layers per buffered draw.
     """
     n, d = x.shape
-    nt = ckpt.shape[0]
     keep = states.shape[0] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
     r = min(n, d)

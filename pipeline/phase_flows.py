@@ -30,7 +30,6 @@ are hull vertices, the number of psi_1 hyperplanes, the rank and Booleanness of 
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import xarray as xr

@@ -15,12 +15,14 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,3 +213,18 @@ def dask_cluster(tmp_path_factory, prefect_server):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
+
+
+def api(url: str, path: str, body: dict | None = None, method: str | None = None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{url}{path}", data=data, method=method or ("POST" if data else "GET"),
+                                     headers={"Content-Type": "application/json"})
+    for attempt in range(6):  # like Prefect's own client: retry while the server is busy
+        try:
+            with urllib.request.urlopen(request, timeout=10) as r:
+                text = r.read()
+            return json.loads(text) if text else None
+        except urllib.error.HTTPError as err:
+            if err.code not in (429, 503) or attempt == 5:
+                raise
+            time.sleep(2 ** attempt * 0.5)

@@ -18,20 +18,11 @@ import urllib.request
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import TOKENSWEEP, output_cube, reference_cube
+from conftest import TOKENSWEEP, api, output_cube, reference_cube
 
 from tokensweep.pipeline.store import DONE, FAILED, errors_dir, read_status
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def api(url: str, path: str, body: dict | None = None, method: str | None = None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{url}{path}", data=data, method=method or ("POST" if data else "GET"),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as r:
-        text = r.read()
-    return json.loads(text) if text else None
 
 
 def task_runs(url: str, flow_run_id: str) -> list[dict]:

@@ -7,12 +7,13 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 import xarray as xr
+
+from conftest import api
 
 from tokensweep.pipeline.store import DONE
 
@@ -27,10 +28,7 @@ def tokensweep(*args, env_extra=None, cwd=None):
 
 
 def flow_runs(api_url: str) -> list[dict]:
-    request = urllib.request.Request(f"{api_url}/flow_runs/filter", data=b"{}", method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as r:
-        return json.loads(r.read())
+    return api(api_url, "/flow_runs/filter", {})
 
 
 def test_run_resume_and_report(prefect_server, tiny_spec, write_spec, tmp_path):

@@ -208,7 +208,7 @@ def simulate_tokens_rk4(x0, beta, T, dt, attention):
         a = w @ x
         return a - np.sum(a * x, 1, keepdims=True) * x
 
-    x, out = x0.copy(), []
+    x = x0.copy()
     for _ in range(int(round(T / dt))):
         k1 = f(x); k2 = f(x + dt / 2 * k1); k3 = f(x + dt / 2 * k2); k4 = f(x + dt * k3)
         x = x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
