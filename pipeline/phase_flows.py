@@ -96,7 +96,7 @@ def crossing_time(values, times, level: float = 0.5) -> float:
 
     >>> crossing_time([0.0, 0.2, 0.6, 1.0], [1.0, 2.0, 3.0, 4.0])
     2.75
-    >>> crossing_time([0.7, 1.0], [1.0, 2.0]), math.isnan(crossing_time([0.1, 0.2], [1.0, 2.0]))
+    >>> crossing_time([0.7, 1.0], [1.0, 2.0]), bool(np.isnan(crossing_time([0.1, 0.2], [1.0, 2.0])))
     (1.0, True)
     """
     v, t = np.asarray(values, float), np.asarray(times, float)
