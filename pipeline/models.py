@@ -74,8 +74,15 @@ def _sphere_flow_kwargs(s, c) -> dict:
         n=int(c["n"]), d=int(c["d"]), beta=float(c["beta"]), attention=s.attention,
         integrator=s.integrator, heads=s.heads, qk=s.qk, value=s.value, period=s.period,
         time_varying=s.time_varying, init=s.init, delta=s.delta, rst_scaling=s.rst_scaling,
-        **_time_kwargs(s),
+        matrices=_head_matrices(s.matrices), **_time_kwargs(s),
     )
+
+
+def _head_matrices(matrices) -> Optional[dict]:
+    """The spec's explicit {Q, K, V} (heads, d, d) nested tuples as the kernel's float64 arrays."""
+    if not matrices:
+        return None
+    return {key: np.asarray(m, dtype=np.float64) for key, m in matrices.items()}
 
 
 def _matrix(spec, d: int, default=None):

@@ -271,6 +271,7 @@ TIME_VARYING_PRESETS = {
     "rst_random_frequencies": (None, None, False, False),
 }
 Matrix = tuple[tuple[float, ...], ...]
+MATRIX_KEYS = ("Q", "K", "V")  # the kernel's `matrices` keys (sphere_flow._resolve_weights)
 
 
 def _refuse(field: str, text: str):
@@ -283,6 +284,10 @@ class SphereFlowSweep(SweepBase):
 
     Defaults are the kernel's (kernels/sphere_flow.py): SA, retraction Euler, one head,
     Q = K = V = I, uniform start, frac_close threshold delta = 1e-3.
+
+    `matrices` fixes Q, K and/or V explicitly (never drawn): each one d x d matrix (every head)
+    or a list of `heads` of them, normalised to (heads, d, d); it fixes grid.d, and a matrix it
+    gives cannot also come from `qk` / `value` / a `time_varying` preset.
 
     >>> s = parse_sweep({"name": "f", "model": "sphere_flow", "grid": {"beta": 1, "d": 8, "n": 4},
     ...     "time": {"T": 3.0, "layers": 30}, "trajectories": 2, "init": "equiangular"})
@@ -302,6 +307,23 @@ class SphereFlowSweep(SweepBase):
     init: Literal["uniform_sphere", "hemisphere", "equiangular"] = "uniform_sphere"
     delta: float = Field(default=1e-3, gt=0, lt=1)
     rst_scaling: bool = False
+    matrices: Optional[dict[Literal[MATRIX_KEYS], tuple[Matrix, ...]]] = None
+
+    @field_validator("matrices", mode="before")
+    @classmethod
+    def _head_matrices(cls, value, info):
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ValueError(f"got {value!r}: give a mapping with keys among {', '.join(MATRIX_KEYS)}, "
+                             "each one d x d matrix or a list of heads of them")
+        unknown = sorted(str(k) for k in value if k not in MATRIX_KEYS)
+        if unknown:
+            raise ValueError(f"has keys {unknown}: only {', '.join(MATRIX_KEYS)} are understood: "
+                             "remove them or check their spelling")
+        heads = info.data.get("heads")  # absent when heads itself is invalid (reported there)
+        return {k: _per_head_matrices(value[k], f"matrices.{k}", heads)
+                for k in MATRIX_KEYS if k in value} or None
 
     @model_validator(mode="after")
     def _consistent_options(self):
@@ -331,12 +353,26 @@ class SphereFlowSweep(SweepBase):
             if fixes_v and self.value != "identity":
                 raise _refuse("value", f"time_varying {name} fixes V, got value = {self.value!r}: "
                               "leave value: identity")
+        for key, mats in (self.matrices or {}).items():
+            field = f"matrices.{key}"
+            _check_fixes_d(field, len(mats[0]), self.grid.d)
+            if key in ("Q", "K") and self.qk != "identity":
+                raise _refuse(field, f"an explicit {key} fixes the query-key pair, but qk = {self.qk!r} "
+                              f"draws it: remove {field} or set qk: identity")
+            if key == "V" and self.value != "identity":
+                raise _refuse(field, f"an explicit V fixes the value matrix, but value = {self.value!r} "
+                              f"sets it: remove {field} or set value: identity")
+            if self.time_varying is not None:
+                _, _, fixes_qk, fixes_v = TIME_VARYING_PRESETS[self.time_varying]
+                if (fixes_qk and key in ("Q", "K")) or (fixes_v and key == "V"):
+                    raise _refuse(field, f"time_varying {self.time_varying!r} fixes "
+                                  f"{'Q^T K' if key in ('Q', 'K') else 'V'}: remove {field}")
         return self
 
 
 def _square_matrix(value, field: str, names: tuple[str, ...] = ()):
     """A named choice, or a list of d lists of d finite numbers (returned as nested tuples)."""
-    if isinstance(value, str):
+    if isinstance(value, str) and names:
         if value not in names:
             raise ValueError(f"{value!r} is not a known matrix: use one of {', '.join(names)} "
                              f"or an explicit d x d list")
@@ -355,6 +391,42 @@ def _square_matrix(value, field: str, names: tuple[str, ...] = ()):
     if not all(math.isfinite(x) for r in matrix for x in r):
         raise ValueError(f"has non-finite entries: give finite numbers in {field}")
     return matrix
+
+
+def _check_fixes_d(field: str, size: int, grid_d: tuple[int, ...], alternative: str = ""):
+    """An explicit size x size matrix fixes d: refuse a grid.d that is not exactly (size,)."""
+    if grid_d != (size,):
+        raise _refuse(field, f"an explicit {size} x {size} matrix fixes d = {size}, but grid.d is "
+                      f"{list(grid_d)}: set grid.d: {size}" + alternative)
+
+
+def _per_head_matrices(value, field: str, heads: Optional[int]) -> tuple:
+    """One d x d matrix (for every head) or a list of `heads` of them -> `heads` matrices (nested
+    tuples); heads None (itself invalid): no count check, a single matrix is kept once."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):  # a list of per-head arrays
+        value = [m.tolist() if isinstance(m, np.ndarray) else m for m in value]
+    per_head = (isinstance(value, list) and len(value) > 0 and isinstance(value[0], (list, tuple))
+                and len(value[0]) > 0 and isinstance(value[0][0], (list, tuple)))
+    items = list(enumerate(value)) if per_head else [(None, value)]
+    mats = []
+    for h, m in items:
+        name = field if h is None else f"{field}.{h}"
+        try:
+            mats.append(_square_matrix(m, name))
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
+    if per_head:
+        if heads is not None and len(mats) != heads:
+            raise ValueError(f"{field}: is a list of {len(mats)} matrices, but heads = {heads}: give "
+                             f"one d x d matrix per head, or a single one for every head")
+        sizes = [len(m) for m in mats]
+        if len(set(sizes)) > 1:
+            raise ValueError(f"{field}: the heads' matrices have sizes {sizes}: every head needs a "
+                             "d x d matrix of the same d")
+        return tuple(mats)
+    return tuple(mats) * (heads or 1)
 
 
 class EuclideanFlowSweep(SweepBase):
@@ -388,12 +460,9 @@ class EuclideanFlowSweep(SweepBase):
     def _matrices_fix_d(self):
         for name in ("V", "Q", "K"):
             m = getattr(self, name)
-            if m is None or isinstance(m, str):
-                continue
-            if self.grid.d != (len(m),):
-                raise _refuse(name, f"an explicit {len(m)} x {len(m)} matrix fixes d = {len(m)}, but "
-                              f"grid.d is {list(self.grid.d)}: set grid.d: {len(m)}"
-                              + (" or use V: identity / minus_identity" if name == "V" else ""))
+            if m is not None and not isinstance(m, str):
+                _check_fixes_d(name, len(m), self.grid.d,
+                               " or use V: identity / minus_identity" if name == "V" else "")
         return self
 
 
@@ -421,7 +490,8 @@ def _format_errors(err: ValidationError, model: str | None) -> str:
             field, msg = "model", f"missing: choose one of {', '.join(MODELS)}"
         elif "input" in e and e["type"] not in ("value_error", "missing"):
             msg = f"{msg} (got {e['input']!r})"
-        if field == "spec" and _FIELD_PREFIX.match(msg):  # a cross-field check names its field
+        named = _FIELD_PREFIX.match(msg)  # a cross-field check, or a part of this field, names it
+        if named and (field == "spec" or named.group(1).startswith(field + ".")):
             field, msg = msg.split(": ", 1)
         lines.append(f"{field}: {msg}")
     return "invalid spec:\n  " + "\n  ".join(lines)

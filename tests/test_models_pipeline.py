@@ -255,3 +255,122 @@ def test_module_doctests(module):
 
     result = doctest.testmod(importlib.import_module(f"tokensweep.pipeline.{module}"))
     assert result.failed == 0 and result.attempted > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# explicit weight matrices of the sphere flow (`matrices`)
+
+EYE3 = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]
+MINUS3 = [[-1, 0, 0], [0, -1, 0], [0, 0, -1]]
+SPHERE3 = {**SPHERE, "grid": {"beta": [0.5, 2.0], "d": 3, "n": [2, 5]}, "trajectories": 3,
+           "partition_traj": 2}
+BAD_MATRICES = [  # (changes to SPHERE3, text the error must contain)
+    ({"matrices": {"W": EYE3}}, "matrices: has keys ['W']: only Q, K, V are understood"),
+    ({"matrices": [EYE3]}, "matrices: got [[[1, 0, 0]"),
+    ({"matrices": {"Q": [[1, 0], [0, 1], [0, 0]]}},
+     "matrices.Q: is not a square matrix (row lengths [2, 2, 2]): give matrices.Q as a list of d lists"),
+    ({"matrices": {"K": [[1, 0, 0], [0, 1], [0, 0, 1]]}},
+     "matrices.K: is not a square matrix (row lengths [3, 2, 3])"),
+    ({"matrices": {"V": [[1, 0, 0], [0, float("nan"), 0], [0, 0, 1]]}},
+     "matrices.V: has non-finite entries: give finite numbers in matrices.V"),
+    ({"matrices": {"V": [[1, 0, 0], [0, float("inf"), 0], [0, 0, 1]]}}, "matrices.V: has non-finite entries"),
+    ({"matrices": {"V": [[1, 0, 0], [0, "one", 0], [0, 0, 1]]}},
+     "matrices.V: has entries that are not numbers"),
+    ({"matrices": {"Q": "identity"}}, "matrices.Q: got 'identity': give matrices.Q as a list of d lists"),
+    ({"matrices": {"Q": [[1, 0], [0, 1]]}},
+     "matrices.Q: an explicit 2 x 2 matrix fixes d = 2, but grid.d is [3]: set grid.d: 2"),
+    ({"matrices": {"V": EYE3}, "grid": {"beta": 1.0, "d": [3, 4], "n": 4}},
+     "matrices.V: an explicit 3 x 3 matrix fixes d = 3, but grid.d is [3, 4]: set grid.d: 3"),
+    ({"heads": 2, "matrices": {"V": [EYE3]}},
+     "matrices.V: is a list of 1 matrices, but heads = 2: give one d x d matrix per head, or a single one"),
+    ({"matrices": {"V": [EYE3, MINUS3]}}, "matrices.V: is a list of 2 matrices, but heads = 1"),
+    ({"heads": 2, "matrices": {"K": [EYE3, [[1, 0], [0, 1]]]}},
+     "matrices.K: the heads' matrices have sizes [3, 2]: every head needs a d x d matrix of the same d"),
+    ({"heads": 2, "matrices": {"K": [EYE3, [1, 0, 0]]}}, "matrices.K.1: got [1, 0, 0]: give matrices.K.1"),
+    ({"qk": "ginibre", "matrices": {"Q": EYE3}}, "matrices.Q: an explicit Q fixes the query-key pair, but "
+     "qk = 'ginibre' draws it: remove matrices.Q or set qk: identity"),
+    ({"qk": "wigner", "matrices": {"K": EYE3}}, "matrices.K: an explicit K fixes the query-key pair, but "
+     "qk = 'wigner'"),
+    ({"value": "minus_identity", "matrices": {"V": MINUS3}}, "matrices.V: an explicit V fixes the value "
+     "matrix, but value = 'minus_identity' sets it: remove matrices.V or set value: identity"),
+    ({"value": "ginibre", "matrices": {"V": EYE3}}, "matrices.V: an explicit V fixes the value matrix"),
+    ({"value": "qk", "matrices": {"V": EYE3}}, "matrices.V: an explicit V fixes the value matrix"),
+    ({"time_varying": "rst_causal", "matrices": {"V": EYE3}},
+     "matrices.V: time_varying 'rst_causal' fixes V: remove matrices.V"),
+    ({"time_varying": "rst_two_head_hemisphere", "heads": 2, "matrices": {"K": EYE3}},
+     "matrices.K: time_varying 'rst_two_head_hemisphere' fixes Q^T K: remove matrices.K"),
+]
+
+
+@pytest.mark.parametrize("changes, message", BAD_MATRICES,
+                         ids=[m.split(":")[0] + f"-{i}" for i, (_, m) in enumerate(BAD_MATRICES)])
+def test_bad_matrices_are_refused_naming_the_field(changes, message):
+    with pytest.raises(SpecError) as err:
+        parse_sweep({**SPHERE3, **changes})
+    assert message in str(err.value)
+
+
+def test_matrices_are_normalised_to_heads_and_round_trip():
+    import json
+
+    from tokensweep.pipeline.spec import sweep_from_json
+
+    sweep = parse_sweep({**SPHERE3, "heads": 2,
+                         "matrices": {"V": [EYE3, MINUS3], "Q": np.diag([1.0, 2.0, 3.0])}})
+    assert list(sweep.matrices) == ["Q", "V"]  # kernel order, whatever the spec's
+    assert np.array_equal(sweep.matrices["Q"], [np.diag([1.0, 2.0, 3.0])] * 2)  # one matrix: every head
+    assert np.array_equal(sweep.matrices["V"], [EYE3, MINUS3])
+    assert isinstance(sweep.matrices["V"][1][0][0], float)
+    assert sweep_from_json(json.dumps(sweep.model_dump(mode="json"))) == sweep
+    kwargs = model_entry("sphere_flow").kwargs(sweep, {"n": 5, "d": 3, "beta": 0.5})
+    assert set(kwargs["matrices"]) == {"Q", "V"}
+    assert all(a.shape == (2, 3, 3) and a.dtype == np.float64 for a in kwargs["matrices"].values())
+    assert model_entry("sphere_flow").kwargs(parse_sweep(SPHERE3), {"n": 5, "d": 3, "beta": 0.5})[
+        "matrices"] is None
+    # an explicit matrix may sit beside an ensemble for another matrix
+    parse_sweep({**SPHERE3, "qk": "ginibre", "period": 5, "matrices": {"V": MINUS3}})
+    parse_sweep({**SPHERE3, "value": "qk", "matrices": {"Q": EYE3, "K": MINUS3}})
+    arrays = parse_sweep({**SPHERE3, "heads": 2, "matrices": {"V": [np.eye(3), -np.eye(3)]}})
+    assert arrays.matrices["V"] == sweep.matrices["V"]
+
+
+def _cube_values(ds):
+    """The kernel's outputs in a cube (not the store's bookkeeping, e.g. when a partition finished)."""
+    return {name: ds[name].values for name in model_entry("sphere_flow").outputs}
+
+
+def test_explicit_matrices_reach_the_kernel(tmp_path):
+    """Q = K = V = I given explicitly is the default run bit for bit; V = -I given explicitly is
+    value: minus_identity bit for bit, and differs from V = I (the matrices are not dropped)."""
+    runs = {
+        "default": {},
+        "explicit_identity": {"matrices": {"Q": EYE3, "K": EYE3, "V": EYE3}},
+        "named_minus": {"value": "minus_identity"},
+        "explicit_minus": {"matrices": {"V": MINUS3}},
+    }
+    cubes = {key: _cube_values(run_sync({**SPHERE3, **changes}, tmp_path / f"{key}.zarr")[1])
+             for key, changes in runs.items()}
+    for a, b in (("default", "explicit_identity"), ("named_minus", "explicit_minus")):
+        assert set(cubes[a]) == set(cubes[b])
+        for name in cubes[a]:
+            np.testing.assert_array_equal(cubes[a][name], cubes[b][name], err_msg=f"{a} {b} {name}")
+    assert not np.array_equal(cubes["default"]["overlap_min"], cubes["explicit_minus"]["overlap_min"])
+
+
+def test_explicit_heads_reach_the_kernel(tmp_path):
+    """Two heads with explicit V = I and V = -I cancel when Q = K = I: tokens never move."""
+    _, ds = run_sync({**SPHERE3, "heads": 2, "matrices": {"V": [EYE3, MINUS3]}}, tmp_path / "h.zarr")
+    _, moving = run_sync({**SPHERE3, "heads": 2}, tmp_path / "h2.zarr")
+    still = ds.overlap_min.values
+    assert np.allclose(still, still[..., :1, :], atol=1e-12)  # every checkpoint as at the first
+    assert not np.allclose(moving.overlap_min.values, moving.overlap_min.values[..., :1, :], atol=1e-6)
+
+
+def test_matrix_catalog_specs():
+    fig5 = load_sweep("geshkovski2023-fig5")
+    assert (fig5.qk, fig5.value, fig5.grid.d, fig5.grid.n, fig5.matrices) == ("ginibre", "ginibre", (128,),
+                                                                              (32,), None)
+    explicit = load_sweep("sphere-flow-explicit")
+    assert explicit.heads == 2 and explicit.grid.d == (3,)
+    assert {k: np.shape(m) for k, m in explicit.matrices.items()} == {k: (2, 3, 3) for k in "QKV"}
+    assert np.array_equal(explicit.matrices["V"][1], MINUS3)
