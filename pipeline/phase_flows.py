@@ -62,7 +62,7 @@ def closed_form_attention(spec: dict) -> str | None:
     """'sa' or 'usa' when the equiangular closed forms apply to this spec, else None."""
     attention = spec.get("attention", "sa")
     fixed = (spec.get("qk", "identity") == "identity" and spec.get("value", "identity") == "identity"
-             and spec.get("time_varying") is None)
+             and spec.get("time_varying") is None and not spec.get("matrices"))
     return attention if fixed and attention in ("sa", "usa") else None
 
 

@@ -374,3 +374,17 @@ def test_matrix_catalog_specs():
     assert explicit.heads == 2 and explicit.grid.d == (3,)
     assert {k: np.shape(m) for k, m in explicit.matrices.items()} == {k: (2, 3, 3) for k in "QKV"}
     assert np.array_equal(explicit.matrices["V"][1], MINUS3)
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ({}, "sa"),
+    ({"attention": "usa"}, "usa"),
+    ({"qk": "ginibre"}, None),
+    ({"value": "minus_identity"}, None),
+    ({"time_varying": "rst_causal"}, None),
+    ({"matrices": {"V": [[[1.0, 0.0], [0.0, 1.0]]]}}, None),  # explicit matrices: no closed form
+])
+def test_equiangular_theory_only_for_identity_attention(extra, expected):
+    from tokensweep.pipeline.phase_flows import closed_form_attention
+
+    assert closed_form_attention({"attention": "sa", **extra}) == expected
