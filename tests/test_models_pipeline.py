@@ -18,7 +18,8 @@ import xarray as xr
 from typer.testing import CliRunner
 
 from tokensweep.flows.cli import app
-from tokensweep.pipeline import phase, phase_flows, spec as spec_module, theory
+from tokensweep.pipeline import phase, phase_flows, spec, theory
+from tokensweep.pipeline import spec_flows as spec_module
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.models import REGISTRY, model_entry
 from tokensweep.pipeline.report import write_report
@@ -56,7 +57,7 @@ def test_spec_names_are_the_kernels_names():
     fields = spec_module.EuclideanFlowSweep.model_fields
     assert set(fields["integrator"].annotation.__args__) == set(euclidean_flow.INTEGRATOR_CODES)
     assert set(fields["init"].annotation.__args__) == set(euclidean_flow.INIT_KINDS)
-    assert set(spec_module.MODELS) == set(REGISTRY)
+    assert set(spec.MODELS) == set(REGISTRY)
 
 
 SPHERE = {"name": "s", "model": "sphere_flow", "grid": {"beta": 1.0, "d": 8, "n": 4}, "time": TIME,
