@@ -24,6 +24,11 @@ Random stream of one trajectory (one numpy Generator each, consumed by `standard
 Layer draws are fetched `draw_batch` layers at a time into one buffer; the stream is the same
 concatenation whatever the batch size, so outputs are bit-identical for any `draw_batch`.
 
+Two tokens with gaussian noise (the main production case) run `_trajectory_pair`: the same
+floating-point operations in the same order as the general `_trajectory`, fused into one pass per
+layer (no helper calls, scratch copies or zero fills), so its results are bit-identical to the
+general path's; `_run` picks it, tests compare the two with `_SPECIALISE` switched off.
+
 USA carries its scale e^{beta max_j <x_i,x_j>} / n as a log (attention.scaled_step), so beta up to
 1e3 neither overflows nor gives NaN. Outputs: `outcomes.OUTPUTS`, recorded after each layer count in
 checkpoint_layers (checkpoint time h * layer).
@@ -34,6 +39,9 @@ from numba import njit
 
 from .attention import (
     ATTENTION_CODES,
+    CAUSAL_SA,
+    USA,
+    _normalize_row,
     attention,
     gaussian_values,
     householder_r,
@@ -50,6 +58,7 @@ NOISES = ("gaussian", "literal")
 GAUSSIAN = 0
 LITERAL = 1
 NORMALS_PER_DRAW = 4096  # default buffer size (normals), when draw_batch is not given
+_SPECIALISE = True  # n = 2 gaussian runs use _trajectory_pair (bit-identical); tests switch it off
 
 __all__ = [
     "ATTENTIONS", "NOISES", "OUTPUTS", "simulate_stochastic_transformer", "simulate_stochastic_states",
@@ -109,6 +118,153 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, eps, b
     return False, hit_time(cls, h * ckpt.astype(np.float64))
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _pair_attention_row(x, d, l0, l1, two, usa, log_n, a):
+    """Row i of `attention` for n = 2 from its logits (l0, l1) = beta (<x_i, x_0>, <x_i, x_1>).
+
+    two: False for causal_sa row 0 (attends to x_0 only). Writes Ahat_i into a (d,), returns c_i.
+    Same operations in the same order as `attention`, and exp(0) = 1 is not evaluated.
+    """
+    m = -np.inf
+    if l0 > m:
+        m = l0
+    if two and l1 > m:
+        m = l1
+    e = l0 - m
+    w0 = 1.0 if e == 0.0 else np.exp(e)
+    total = 0.0 + w0
+    if two:
+        e = l1 - m
+        w1 = 1.0 if e == 0.0 else np.exp(e)
+        total += w1
+        for k in range(d):
+            a[k] = (0.0 + w0 * x[0, k]) + w1 * x[1, k]
+    else:
+        for k in range(d):
+            a[k] = 0.0 + w0 * x[0, k]
+    if usa:
+        return m - log_n
+    inv = 1.0 / total
+    for k in range(d):
+        a[k] *= inv
+    return 0.0
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _pair_step_row(x, i, d, coef, c, f0, f1, buf, off):
+    """Row i of `scaled_step` with direction_i = f0 W[0] + f1 W[1] (f1 unused for i = 0), as
+    `gaussian_values` forms it; the normalisation of `_normalize_row`, whose general path is
+    only taken when |y|^2 is 0, inf or NaN. Returns False if the row is non-finite or zero."""
+    fx = 1.0
+    fa = coef
+    if c > 0.0:
+        fx = np.exp(-c)
+    elif c < 0.0:
+        fa = coef * np.exp(c)
+    norm2 = 0.0
+    if i == 0:
+        for k in range(d):
+            y = fx * x[0, k] + fa * (0.0 + f0 * buf[off + k])
+            x[0, k] = y
+            norm2 += y * y
+    else:
+        for k in range(d):
+            y = fx * x[1, k] + fa * ((0.0 + f0 * buf[off + k]) + f1 * buf[off + d + k])
+            x[1, k] = y
+            norm2 += y * y
+    if not (norm2 > 0.0 and norm2 < np.inf):
+        return _normalize_row(x, i)  # recomputes the same norm2, then rescales or fails
+    inv = 1.0 / np.sqrt(norm2)
+    for k in range(d):
+        x[i, k] *= inv
+    return True
+
+
+@njit(nogil=True, cache=True)
+def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, eps, batch,
+                     omin, omax, cls, ncl, states):
+    """`_trajectory` for n = 2 tokens and the gaussian noise path (noise is not read).
+
+    Same arguments, same random stream, and bit-identical results: the same floating-point
+    operations in the same order, with `attention`, `householder_r` (d x 2, LAPACK signs),
+    `gaussian_values` and `scaled_step` fused into one pass per layer over scalars and two
+    d-vectors, so no helper calls, scratch copies or zero-filled factors per layer.
+    """
+    d = x.shape[1]
+    keep = states.shape[0] > 0
+    ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
+    per_layer = 2 * d
+    a0 = np.empty(d)  # Ahat_0 (column 0 of A; u of the first reflection from index 1 on)
+    a1 = np.empty(d)  # Ahat_1, then H_1 Ahat_1
+    g_work = np.empty((2, 2))
+    sqrt_h = np.sqrt(h)
+    log_n = np.log(2)
+    usa = att == USA
+    causal = att == CAUSAL_SA
+    buf = np.empty(0)
+    pos = 0
+    c = 0
+    for layer in range(layers):
+        if not ok:
+            break
+        if pos == buf.shape[0]:
+            buf = rng.standard_normal(min(batch, layers - layer) * per_layer)
+            pos = 0
+        # attention: logits beta <x_i, x_j>
+        g00 = 0.0
+        g01 = 0.0
+        g11 = 0.0
+        for k in range(d):
+            g00 += x[0, k] * x[0, k]
+            g01 += x[0, k] * x[1, k]
+            g11 += x[1, k] * x[1, k]
+        c0 = _pair_attention_row(x, d, beta * g00, beta * g01, not causal, usa, log_n, a0)
+        c1 = _pair_attention_row(x, d, beta * g01, beta * g11, True, usa, log_n, a1)
+        # R (2 x 2) of the Householder QR of A = [a0 a1], as householder_r
+        alpha = a0[0]
+        xnorm2 = 0.0
+        for k in range(1, d):
+            xnorm2 += a0[k] * a0[k]
+        if xnorm2 == 0.0:
+            r00 = alpha
+        else:
+            r00 = -np.copysign(np.sqrt(alpha * alpha + xnorm2), alpha)
+            u0 = alpha - r00
+            unorm2 = u0 * u0 + xnorm2
+            dot = 0.0 + u0 * a1[0]
+            for k in range(1, d):
+                dot += a0[k] * a1[k]
+            f = 2.0 * dot / unorm2
+            a1[0] -= f * u0
+            for k in range(1, d):
+                a1[k] -= f * a0[k]
+        r01 = a1[0]
+        alpha = a1[1]
+        xnorm2 = 0.0
+        for k in range(2, d):
+            xnorm2 += a1[k] * a1[k]
+        if xnorm2 == 0.0:
+            r11 = alpha
+        else:
+            r11 = -np.copysign(np.sqrt(alpha * alpha + xnorm2), alpha)
+        # noise_i = s sum_k R[k, i] W[k] and the normalised step, row by row
+        ok = _pair_step_row(x, 0, d, sqrt_h, c0, s * r00, 0.0, buf, pos)
+        if ok:
+            ok = _pair_step_row(x, 1, d, sqrt_h, c1, s * r01, s * r11, buf, pos)
+        pos += per_layer
+        if ok and layer + 1 == ckpt[c]:
+            record_checkpoint(x, eps, g_work, c, omin, omax, cls, ncl)
+            if keep:
+                states[c] = x
+            c += 1
+    if not ok:
+        fill_nonfinite(c, omin, omax, cls, ncl)
+        if keep:
+            states[c:] = np.nan
+        return True, np.nan
+    return False, hit_time(cls, h * ckpt.astype(np.float64))
+
+
 def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
          draw_batch, x0, keep_states):
     ckpt = check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, attention,
@@ -131,9 +287,10 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
     states = np.empty((ntraj, nt if keep_states else 0, n, d))
     h = float(T) / layers
     att, code = ATTENTION_CODES[attention], GAUSSIAN if noise == "gaussian" else LITERAL
+    trajectory = _trajectory_pair if (n == 2 and code == GAUSSIAN and _SPECIALISE) else _trajectory
     for t, rng in enumerate(rngs):
         x = np.empty((n, d)) if x0 is None else x0[t].copy()
-        out["nonfinite"][t], out["t_hit"][t] = _trajectory(
+        out["nonfinite"][t], out["t_hit"][t] = trajectory(
             rng, x, x0 is None, float(beta), att, code, float(value_std), h, layers, ckpt,
             float(eps), batch, out["overlap_min"][t], out["overlap_max"][t],
             out["cluster_class"][t], out["n_clusters"][t], states[t],

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import ks_2samp
 
+from tokensweep.kernels import stochastic
 from tokensweep.kernels.attention import householder_r
 from tokensweep.kernels.outcomes import OUTPUTS
 from tokensweep.kernels.stochastic import (
@@ -208,6 +209,69 @@ def test_bad_arguments_are_refused_by_name(bad, match):
     kw = dict(n=2, d=3, beta=1.0, T=1.0, layers=10, checkpoint_layers=[5, 10]) | bad
     with pytest.raises(ValueError, match=match):
         simulate_stochastic_transformer([np.random.default_rng(0)], **kw)
+
+
+def pair_starts(kind, ntraj, d):
+    """(ntraj, 2, d) starts for the n = 2 path, or None for drawn starts."""
+    if kind == "drawn":
+        return None
+    u = np.random.default_rng(1).standard_normal((ntraj, d))
+    if kind == "coincident":  # collapsed: G singular, the second Householder step sees ~0
+        return np.stack([u, u], axis=1)
+    if kind == "antipodal":  # with beta = 0 SA gives Ahat = 0 exactly
+        return np.stack([u, -u], axis=1)
+    x0 = np.zeros((ntraj, 2, d))  # on an axis: sub-columns exactly zero (no reflection)
+    x0[:, 0, 0], x0[:, 1, 0] = 1.0, -1.0
+    return x0
+
+
+@pytest.mark.parametrize("start", ["drawn", "coincident", "antipodal", "axis"])
+@pytest.mark.parametrize("beta, value_std", [(0.0, 1.0), (1.7, 0.8), (1e3, 1.0), (1.0, 1e308)])
+@pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.parametrize("d", [2, 3, 4, 7, 16])
+def test_two_token_path_is_bit_identical_to_general_path(monkeypatch, d, attention, beta,
+                                                         value_std, start):
+    """n = 2 with gaussian noise runs the fused `_trajectory_pair`; it must reproduce the general
+    `_trajectory` exactly (same operations in the same order), including the degenerate branches
+    of the Householder step, the overflow stop (value_std = 1e308) and the sign of zeros."""
+    x0 = pair_starts(start, 3, d)
+    kw = dict(n=2, d=d, beta=beta, value_std=value_std, T=1.0, layers=40,
+              checkpoint_layers=np.arange(1, 41), attention=attention, x0=x0, draw_batch=7)
+    fused = simulate_stochastic_states([np.random.default_rng([5, i]) for i in range(3)], **kw)
+    monkeypatch.setattr(stochastic, "_SPECIALISE", False)
+    general = simulate_stochastic_states([np.random.default_rng([5, i]) for i in range(3)], **kw)
+    np.testing.assert_array_equal(fused[0], general[0])
+    np.testing.assert_array_equal(np.signbit(fused[0]), np.signbit(general[0]))
+    for name in OUTPUTS:
+        np.testing.assert_array_equal(fused[1][name], general[1][name])
+
+
+def test_two_token_gaussian_runs_use_the_fused_path(monkeypatch):
+    """The dispatch: n = 2 gaussian never reaches the general kernel; literal and n = 3 do."""
+    calls = []
+    general = stochastic._trajectory
+
+    def spy(*args):
+        calls.append(args[1].shape)
+        return general(*args)
+
+    monkeypatch.setattr(stochastic, "_trajectory", spy)
+    kw = dict(d=3, beta=1.0, T=1.0, layers=10, checkpoint_layers=[10])
+    simulate_stochastic_transformer([np.random.default_rng(0)], n=2, noise="gaussian", **kw)
+    assert calls == []
+    simulate_stochastic_transformer([np.random.default_rng(0)], n=2, noise="literal", **kw)
+    simulate_stochastic_transformer([np.random.default_rng(0)], n=3, noise="gaussian", **kw)
+    assert calls == [(2, 3), (3, 3)]
+
+
+def test_two_token_draw_batch_invariance():
+    kw = dict(n=2, d=5, beta=1.0, T=2.0, layers=97, checkpoint_layers=[13, 50, 97])
+    runs = [simulate_stochastic_states([np.random.default_rng(5), np.random.default_rng(6)],
+                                       draw_batch=b, **kw) for b in (None, 1, 7, 97, 1000)]
+    for states, out in runs[1:]:
+        np.testing.assert_array_equal(states, runs[0][0])
+        for name in OUTPUTS:
+            np.testing.assert_array_equal(out[name], runs[0][1][name])
 
 
 def final_overlaps(seed0, ntraj, n, noise, value_std=1.0):
