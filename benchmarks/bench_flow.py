@@ -36,7 +36,7 @@ TRIVIAL = {**BASE, "name": "trivial", "grid": {"beta": {"start": 0.0, "stop": 3.
                                                "d": [3, 4], "n": 2},
            "time": {"T": 0.1, "layers": 10, "checkpoints": 1}, "trajectories": 1}
 CPU_BOUND = {**BASE, "name": "cpu", "grid": {"beta": [0.5, 1.0, 1.5, 2.0], "d": 3, "n": 2},
-             "time": {"T": 2.0, "layers": 12_000_000, "checkpoints": 2}, "trajectories": 4,
+             "time": {"T": 2.0, "layers": 30_000_000, "checkpoints": 2}, "trajectories": 4,
              "partition_traj": 2}  # 8 partitions of ~6 s each
 MILLION = {**BASE, "name": "million", "grid": {"beta": {"start": 0.0, "stop": 3.0, "num": 1000},
                                                "d": list(range(2, 1002)), "n": 2},
