@@ -89,7 +89,9 @@ def _sphere_flow(ds: xr.Dataset, out: Path, level: float) -> tuple[list[str], di
               "probability 2^-(n-1) sum_{k<d} C(n-1, k) for n uniform points at t = 0 (the property is "
               "kept by full attention with V = I, and a start outside may still enter one, so the "
               f"fraction can only exceed it as t grows). Agreement: theory inside the "
-              f"{pf.HEMISPHERE_LEVEL:.0%} Wilson interval.", "",
+              f"{pf.HEMISPHERE_LEVEL:.0%} Wilson interval"
+              + ("." if hemi.attrs["two_sided"] else
+                 " or below it (one-sided: the first checkpoint is after the first step)."), "",
               rows_table(dims + ["N", "p_hemisphere", f"{level:.0%} Wilson", theory_name, "agrees"], rows), ""]
 
     eq = pf.equiangular_table(ds)

@@ -389,3 +389,17 @@ def test_equiangular_theory_only_for_identity_attention(extra, expected):
     from tokensweep.pipeline.phase_flows import closed_form_attention
 
     assert closed_form_attention({"attention": "sa", **extra}) == expected
+
+
+@pytest.mark.parametrize("t_first, two_sided", [(0.1, True), (3.0, False)])
+def test_wendel_comparison_is_one_sided_after_the_first_step(t_first, two_sided):
+    """Wendel's law holds at the start; later the fraction in a hemisphere may only grow."""
+    n_traj = 400  # n = 5 points in d = 2: Wendel = 5/16; every trajectory in a hemisphere here
+    inside = np.ones((1, 1, 1, 1, n_traj), dtype=bool)
+    ds = xr.Dataset({"in_hemisphere": (("beta", "d", "n", "t", "traj"), inside)},
+                    coords={"beta": [1.0], "d": [2], "n": [5], "t": [t_first], "traj": np.arange(n_traj)},
+                    attrs={"h": 0.1, "tokensweep_spec": '{"init": "uniform_sphere"}'})
+    table = phase_flows.hemisphere_table(ds)
+    assert table.attrs["two_sided"] is two_sided
+    assert float(table.theory.squeeze()) == pytest.approx(5 / 16)
+    assert bool(table.agrees.squeeze()) is (not two_sided)  # p = 1 is far above 5/16
