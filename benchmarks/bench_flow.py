@@ -45,12 +45,13 @@ MILLION = {**BASE, "name": "million", "grid": {"beta": {"start": 0.0, "stop": 3.
 
 def sweep_on(spec: dict, store: Path, workers: int) -> tuple[float, dict]:
     """Wall time of one flow run on a fresh LocalCluster of `workers` (start-up excluded)."""
+    import dask
     from distributed import LocalCluster
 
-    from tokensweep.flows.run import run_sweep
+    from tokensweep.flows.run import LOCAL_CLUSTER_CONFIG, run_sweep
 
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster:
+    with dask.config.set(LOCAL_CLUSTER_CONFIG), LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         warm = cluster.get_client()  # import tokensweep and compile the kernels on each worker
         warm.run(_warm_up)
         started = time.perf_counter()
