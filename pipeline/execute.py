@@ -55,7 +55,10 @@ def simulate_partition(sweep: SweepBase, part: Partition) -> dict[str, np.ndarra
 
 
 def _partition_done(store: Path, plan: Plan, part: Partition) -> bool:
-    with xr.open_zarr(store, consolidated=False) as ds:
+    # chunks=None: plain lazy indexing, no dask. Inside a task on a distributed worker a dask
+    # read would be computed on the cluster itself, and the waiting task would free its
+    # thread for another partition: two kernels on one single-thread worker.
+    with xr.open_zarr(store, consolidated=False, chunks=None) as ds:
         return int(ds["status"].isel(plan.status_region(part)).values.item()) == DONE
 
 

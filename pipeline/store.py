@@ -192,7 +192,7 @@ def read_status(path: str | Path) -> np.ndarray:
 def read_partition_table(path: str | Path, name: str) -> np.ndarray:
     """One per-partition variable (status, started, finished), flattened in plan order."""
     try:
-        with xr.open_zarr(path, consolidated=False) as ds:
+        with xr.open_zarr(path, consolidated=False, chunks=None) as ds:  # no dask: see execute.py
             return ds[name].values.reshape(-1)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{path}: cannot read `{name}` ({type(err).__name__}: {err}): "

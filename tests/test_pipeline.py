@@ -121,3 +121,21 @@ def test_refinement_keeps_existing_cells(tiny_spec, tmp_path):
     a = load(tmp_path / "coarse.zarr").sel(beta=2.0, d=4)
     b = load(tmp_path / "fine.zarr").sel(beta=2.0, d=4)
     xr.testing.assert_identical(a, b)
+
+
+def test_partitions_never_compute_through_dask(tiny_spec, tmp_path):
+    """Regression: run_partition read the status through dask. On a distributed worker that
+    read became a computation on the cluster itself; the waiting task released its thread, the
+    worker started a second partition, and 2 workers gave a 1.44-1.6x speed-up instead of 1.86x."""
+    import dask
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a partition's I/O went through a dask computation")
+
+    sweep = parse_sweep(tiny_spec)
+    store = tmp_path / "nodask.zarr"
+    prepare_store(sweep, store)
+    with dask.config.set(scheduler=refuse):
+        assert not run_partition(sweep, store, 0).skipped
+        assert run_partition(sweep, store, 0).skipped
+        assert read_status(store)[0] == DONE and len(pending_partitions(sweep, store)) == 11
