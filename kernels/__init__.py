@@ -9,9 +9,13 @@ consumed in a documented order) and returning the outcome arrays that its OUTPUT
 - `outcomes`: overlaps, cluster class, cluster count, t_hit, and the OutputSpec of each output.
 """
 
-from .hybrid import simulate_hybrid, simulate_hybrid_states
-from .outcomes import OUTPUTS, OutputSpec
-from .stochastic import (
+from .cache import use_versioned_cache_dir
+
+use_versioned_cache_dir()  # before any kernel module is imported: see cache.py
+
+from .hybrid import simulate_hybrid, simulate_hybrid_states  # noqa: E402
+from .outcomes import OUTPUTS, OutputSpec  # noqa: E402
+from .stochastic import (  # noqa: E402
     ATTENTIONS,
     NOISES,
     simulate_stochastic_states,

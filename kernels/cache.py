@@ -1,0 +1,33 @@
+"""Numba's on-disk cache, keyed by the kernels' source.
+
+Numba invalidates a cached function only when the file that defines it changes, but the kernels
+call helpers in other files (attention, outcomes, ...) and numba compiles those into the caller.
+An edit to a helper would then leave callers running the old code from the cache, and a
+sweep would silently mix two versions of the dynamics (seen: a cube that differed from a rerun
+of the same spec by 1e-7). So the cache lives in a folder named after a digest of every kernel
+source: any edit selects a fresh folder. The folder sits under NUMBA_CACHE_DIR when set (e.g.
+node-local on a cluster), else under ~/.cache/tokensweep.
+"""
+
+import hashlib
+import os
+from pathlib import Path
+
+import numba
+
+
+def source_digest(folder: Path = Path(__file__).parent) -> str:
+    """Digest of the names and contents of every module of the kernels package."""
+    h = hashlib.sha256()
+    for path in sorted(Path(folder).glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def use_versioned_cache_dir() -> str:
+    """Point numba's cache at a folder specific to this exact kernel source; return it."""
+    base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(Path.home(), ".cache", "tokensweep", "numba")
+    folder = os.path.join(base, f"kernels-{source_digest()}")
+    numba.config.CACHE_DIR = folder  # read when each @njit(cache=True) is decorated
+    return folder
