@@ -104,12 +104,17 @@ def test_killed_flow_process_then_unlock_and_rerun(
     wait_until(lambda: store.exists() and 12 - not_done(store) >= 3, 120, "three partitions done")
     sweep.send_signal(signal.SIGKILL)
     sweep.wait(timeout=30)
-    # the surviving workers may still start queued partitions until the scheduler notices the
-    # dead client and forgets its tasks; only then is the count of partitions not done final
+    # the surviving workers finish the partitions they were executing, and may start queued ones
+    # until the scheduler notices the dead client; only when the scheduler holds no task and no
+    # worker executes one is the count of partitions not done final
     count_tasks = lambda dask_scheduler: len(dask_scheduler.tasks)  # noqa: E731 (pickled by value)
+    executing = lambda dask_worker: len(dask_worker.state.executing)  # noqa: E731
+
+    def quiet(client) -> bool:
+        return client.run_on_scheduler(count_tasks) == 0 and not any(client.run(executing).values())
+
     with Client(scheduler_file=dask_cluster.scheduler_file, timeout=30) as client:
-        wait_until(lambda: client.run_on_scheduler(count_tasks) == 0, 60,
-                   "the scheduler to forget the killed flow's tasks")
+        wait_until(lambda: quiet(client), 60, "the cluster to finish the killed flow's work")
     wait_until(lambda: not running(store), 60, "the running partitions to finish")
     k = not_done(store)
     assert 0 < k < 12
