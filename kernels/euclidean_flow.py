@@ -42,7 +42,7 @@ Outcomes (`OUTPUTS`), ntraj first, `t` second for per-checkpoint ones:
 import numpy as np
 from numba import njit
 
-from .outcomes import OutputSpec, find_root
+from .outcomes import OutputSpec, union
 
 EULER = 0
 RK4 = 1
@@ -221,11 +221,7 @@ def count_clusters_dist(z, thr):
                 diff = z[i, a] - z[j, a]
                 dist2 += diff * diff
             if dist2 <= thr2:
-                ri = find_root(parent, i)
-                rj = find_root(parent, j)
-                if ri != rj:
-                    parent[rj] = ri
-                    count -= 1
+                count -= union(parent, i, j)
     return count
 
 

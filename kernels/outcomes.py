@@ -124,6 +124,17 @@ def find_root(parent, i):
 
 
 @njit(nogil=True, cache=True)
+def union(parent, i, j):
+    """Merge the components of i and j; return 1 if they were apart, else 0."""
+    ri = find_root(parent, i)
+    rj = find_root(parent, j)
+    if ri == rj:
+        return 0
+    parent[rj] = ri
+    return 1
+
+
+@njit(nogil=True, cache=True)
 def count_clusters(g, eps):
     """Connected components of the graph with an edge where g[i, j] >= 1 - eps. g: (n, n)."""
     n = g.shape[0]
@@ -132,11 +143,7 @@ def count_clusters(g, eps):
     for i in range(n):
         for j in range(i + 1, n):
             if g[i, j] >= 1.0 - eps:
-                ri = find_root(parent, i)
-                rj = find_root(parent, j)
-                if ri != rj:
-                    parent[rj] = ri
-                    count -= 1
+                count -= union(parent, i, j)
     return count
 
 

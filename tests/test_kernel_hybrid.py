@@ -6,22 +6,10 @@ The reference draws the start (n*d normals) and then one scalar normal per layer
 
 import numpy as np
 import pytest
+from numpy_reference import ref_attention
 
 from tokensweep.kernels.hybrid import ATTENTIONS, simulate_hybrid, simulate_hybrid_states
 from tokensweep.kernels.outcomes import OUTPUTS
-
-
-def ref_attention(x, beta, kind):
-    n = x.shape[0]
-    s = beta * x @ x.T
-    if kind == "causal_sa":
-        s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
-    m = s.max(axis=1)
-    w = np.exp(s - m[:, None])
-    ahat = w @ x
-    if kind == "usa":
-        return ahat, m - np.log(n)
-    return ahat / w.sum(axis=1, keepdims=True), np.zeros(n)
 
 
 def ref_hybrid(rng, n, d, beta, sigma, h, layers, kind):

@@ -6,6 +6,7 @@ kernel's docstring says: n*d start normals, then per layer min(n, d)*d (gaussian
 
 import numpy as np
 import pytest
+from numpy_reference import ref_attention
 from scipy.stats import ks_2samp
 
 from tokensweep.kernels import stochastic
@@ -17,20 +18,6 @@ from tokensweep.kernels.stochastic import (
     simulate_stochastic_states,
     simulate_stochastic_transformer,
 )
-
-
-def ref_attention(x, beta, kind):
-    """(ahat (n, d), logscale (n,)) with A_i = exp(logscale_i) ahat_i."""
-    n = x.shape[0]
-    s = beta * x @ x.T
-    if kind == "causal_sa":
-        s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
-    m = s.max(axis=1)
-    w = np.exp(s - m[:, None])
-    ahat = w @ x
-    if kind == "usa":
-        return ahat, m - np.log(n)
-    return ahat / w.sum(axis=1, keepdims=True), np.zeros(n)
 
 
 def ref_step(x, coef, logscale, direction):
