@@ -198,10 +198,10 @@ def report(
 @app.command()
 def models():
     """List the models a spec can name."""
-    from ..pipeline.models import REGISTRY
+    from ..pipeline.models import registry
 
-    for entry in REGISTRY.values():
-        typer.echo(f"{entry.name:24s} {entry.summary}")
+    for model in registry().values():
+        typer.echo(f"{model.name:24s} {model.summary}")
 
 
 @app.command()

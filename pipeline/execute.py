@@ -22,18 +22,17 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .models import model_entry
+from .models import get_model
 from .plan import Partition, Plan
+from .plugin import check_outputs
 from .seeds import trajectory_rngs
 from .spec import SweepBase
 from .store import (DONE, FAILED, clear_error, mark_started, read_status, write_error,
                     write_outputs, write_status)
+from .testing import fault_injector
 
-# Test-only fault injection: "INDEX[,INDEX...]" makes those partitions raise. The same
-# list may come from a file named by FAIL_PARTITIONS_FILE_ENV, read at each partition, so
-# a test can switch faults on and off under long-lived workers (a retry that succeeds).
-FAIL_PARTITIONS_ENV = "TOKENSWEEP_FAIL_PARTITIONS"
-FAIL_PARTITIONS_FILE_ENV = "TOKENSWEEP_FAIL_PARTITIONS_FILE"
+# a test hook (pipeline/testing.py); None unless a test switched fault injection on
+_inject_fault = fault_injector()
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,10 @@ def simulate_partition(sweep: SweepBase, part: Partition) -> dict[str, np.ndarra
     plan = Plan(sweep)
     coords = plan.coords(part)
     rngs = trajectory_rngs(sweep.seed, coords, range(part.traj_start, part.traj_stop))
-    return model_entry(sweep.model).simulate(sweep, coords, rngs)
+    model = get_model(sweep.model)
+    outputs = model.simulate(sweep, coords, rngs)
+    check_outputs(model, outputs, len(rngs), len(sweep.time.checkpoint_layers))
+    return outputs
 
 
 def _partition_done(store: Path, plan: Plan, part: Partition) -> bool:
@@ -60,18 +62,6 @@ def _partition_done(store: Path, plan: Plan, part: Partition) -> bool:
     # thread for another partition: two kernels on one single-thread worker.
     with xr.open_zarr(store, consolidated=False, chunks=None) as ds:
         return int(ds["status"].isel(plan.status_region(part)).values.item()) == DONE
-
-
-def _injected_failure(index: int) -> None:
-    wanted = os.environ.get(FAIL_PARTITIONS_ENV, "").split(",")
-    switch = os.environ.get(FAIL_PARTITIONS_FILE_ENV)
-    if switch:
-        try:
-            wanted += Path(switch).read_text().replace("\n", ",").split(",")
-        except OSError:
-            pass
-    if str(index) in (w.strip() for w in wanted):
-        raise RuntimeError(f"injected failure in partition {index} ({FAIL_PARTITIONS_ENV})")
 
 
 def run_partition(sweep: SweepBase, store: str | Path, index: int) -> PartitionResult:
@@ -85,7 +75,8 @@ def run_partition(sweep: SweepBase, store: str | Path, index: int) -> PartitionR
     started = time.time()
     mark_started(store, plan, part, started)
     try:
-        _injected_failure(index)
+        if _inject_fault is not None:
+            _inject_fault(index)
         outputs = simulate_partition(sweep, part)
         write_outputs(store, plan, part, outputs)
     except BaseException as exc:

@@ -9,10 +9,9 @@ partitions ever write the same chunk, and its completion is one element of the
 The plan is pure arithmetic over the partition number: a grid of millions of cells
 costs no memory until partitions are asked for.
 
->>> from tokensweep.pipeline.spec import parse_sweep
->>> sweep = parse_sweep({"name": "p", "model": "stochastic_transformer",
-...     "grid": {"beta": [0.5, 1.0], "d": 4, "n": 2},
-...     "time": {"T": 1, "layers": 10}, "trajectories": 10, "partition_traj": 4})
+>>> from tokensweep.pipeline.spec import Grid, load_sweep
+>>> sweep = load_sweep("quickstart").model_copy(update={"grid": Grid(beta=[0.5, 1.0], d=4, n=2),
+...     "trajectories": 10, "partition_traj": 4})
 >>> plan = Plan(sweep)
 >>> len(plan), plan.n_blocks
 (6, 3)

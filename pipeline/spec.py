@@ -1,8 +1,10 @@
-"""Sweep specifications: a YAML file becomes one validated, normalised `Sweep`.
+"""Sweep specifications: the fields every model shares, and parsing a YAML file into one `Sweep`.
 
-A spec names a model, a grid of parameters, a time discretisation and a number of
-trajectories per grid cell. Convenient spellings are accepted at the edge and
-normalised once, here (as ``dask.array.normalize_chunks`` does for chunks):
+A spec names a model, a grid of parameters, a time discretisation and a number of trajectories
+per grid cell. Each model's spec class (in its plug-in module, `pipeline/models/`) is a
+`SweepBase` with its own `grid` and options; the registry joins them into one union
+discriminated by `model`. Convenient spellings are accepted at the edge and normalised once,
+here (as ``dask.array.normalize_chunks`` does for chunks):
 
 * an axis may be a scalar, a list, or ``{start, stop, num}`` (inclusive, like
   ``numpy.linspace``); it always becomes a sorted tuple of unique values;
@@ -10,10 +12,10 @@ normalised once, here (as ``dask.array.normalize_chunks`` does for chunks):
   times, each a whole number of layers; it always becomes layer counts.
 
 Anything impossible is refused before a single trajectory runs, with a message that
-names the field, shows the value and says how to fix it.
+names the field, shows the value and says how to fix it. Parsing imports no kernel (no numba).
 
->>> sweep = parse_sweep({"name": "tiny", "model": "stochastic_transformer",
-...     "grid": {"beta": {"start": 0, "stop": 2, "num": 3}, "d": 4, "n": 2},
+>>> quickstart = yaml.safe_load(resolve_spec_path("quickstart").read_text())
+>>> sweep = parse_sweep({**quickstart, "grid": {"beta": {"start": 0, "stop": 2, "num": 3}, "d": 4, "n": 2},
 ...     "time": {"T": 1.0, "layers": 100, "checkpoints": 4}, "trajectories": 8})
 >>> sweep.grid.beta, sweep.grid.d, sweep.grid.n
 ((0.0, 1.0, 2.0), (4,), (2,))
@@ -26,47 +28,200 @@ names the field, shows the value and says how to fix it.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Any, Union
 
+import numpy as np
 import yaml
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+MAX_CELLS = 10_000_000
+SPEC_ATTR = "tokensweep_spec"  # the store attribute holding a cube's spec as JSON
+MAX_LAYERS = 100_000_000
 
 
-from .spec_fields import Grid, HybridGrid, SpecError, SweepBase  # noqa: F401 (public names)
-from .spec_flows import EuclideanFlowSweep, SphereFlowSweep
+class SpecError(ValueError):
+    """A spec that cannot run; the message names the field and the fix."""
 
 
-class StochasticTransformerSweep(SweepBase):
-    """Deep stochastic transformer [F26]: x_i <- N(x_i + sqrt(h) V_k A_i(X))."""
+def _axis_values(value: Any, field: str) -> list:
+    """Normalise one grid axis: scalar, list, or {start, stop, num}."""
+    if isinstance(value, dict):
+        unknown = set(value) - {"start", "stop", "num"}
+        if unknown or not {"start", "stop", "num"} <= set(value):
+            raise ValueError(
+                f"a range needs exactly the keys start, stop, num; got {sorted(value)}"
+            )
+        num = value["num"]
+        if not isinstance(num, int) or num < 1:
+            raise ValueError(f"num must be a positive integer, got {num!r}")
+        return np.linspace(float(value["start"]), float(value["stop"]), num).round(12).tolist()
+    if isinstance(value, (list, tuple)):
+        if len(value) == 0:
+            raise ValueError("is empty: give at least one value")
+        return list(value)
+    return [value]
 
-    model: Literal["stochastic_transformer"]
-    attention: Literal["sa", "usa", "causal_sa"] = "sa"
-    grid: Grid
-    value_std: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    noise: Literal["gaussian", "literal"] = "gaussian"
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class HybridSweep(SweepBase):
-    """Hybrid noise model [F26, Prop. 1]: x_i <- N(x_i + h A_i + sigma sqrt(h) xi_k A_i)."""
+class Grid(_Strict):
+    """Grid axes shared by the models on the sphere: beta, d, n."""
 
-    model: Literal["hybrid"]
-    attention: Literal["sa", "usa", "causal_sa"] = "sa"
-    grid: HybridGrid
+    beta: tuple[float, ...]
+    d: tuple[int, ...]
+    n: tuple[int, ...]
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _normalise(cls, value, info):
+        return _axis_values(value, info.field_name)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _sorted_unique(cls, values, info):
+        if len(set(values)) != len(values):
+            raise ValueError(f"has repeated values {list(values)}: list each value once")
+        return tuple(sorted(values))
+
+    @field_validator("beta")
+    @classmethod
+    def _finite_beta(cls, values):
+        bad = [v for v in values if not math.isfinite(v) or v < 0]
+        if bad:
+            raise ValueError(
+                f"contains {bad}, but beta must be finite and >= 0: remove them from grid.beta"
+            )
+        return values
+
+    @field_validator("d")
+    @classmethod
+    def _sphere_dimension(cls, values):
+        bad = [v for v in values if v < 2]
+        if bad:
+            raise ValueError(
+                f"contains {bad}, but the sphere needs d >= 2: remove them from grid.d"
+            )
+        return values
+
+    @field_validator("n")
+    @classmethod
+    def _token_count(cls, values):
+        bad = [v for v in values if v < 1]
+        if bad:
+            raise ValueError(f"contains {bad}, but a sweep needs n >= 1 tokens: remove them from grid.n")
+        return values
+
+
+class Time(_Strict):
+    """Horizon T, number of layers L (step h = T/L) and the checkpoints recorded."""
+
+    T: float = Field(gt=0, allow_inf_nan=False)
+    layers: int = Field(ge=1, le=MAX_LAYERS)
+    checkpoints: Union[int, tuple[float, ...]] = 1
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _positive(cls, value):
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"must be a positive count or a list of times, got {value}")
+        if isinstance(value, tuple) and not value:
+            raise ValueError("is an empty list: give at least one time")
+        return value
+
+    @model_validator(mode="after")
+    def _checkpoints_on_layers(self):
+        self.checkpoint_layers  # raises with a clear message when impossible
+        return self
+
+    @property
+    def h(self) -> float:
+        return self.T / self.layers
+
+    @property
+    def checkpoint_layers(self) -> tuple[int, ...]:
+        if isinstance(self.checkpoints, int):
+            if self.checkpoints > self.layers:
+                raise ValueError(
+                    f"checkpoints = {self.checkpoints} exceeds layers = {self.layers}: "
+                    "record at most one checkpoint per layer"
+                )
+            k = np.arange(1, self.checkpoints + 1)
+            return tuple(int(v) for v in (k * self.layers) // self.checkpoints)
+        layers = []
+        for t in self.checkpoints:
+            exact = t / self.h
+            if not (0 < t <= self.T * (1 + 1e-12)) or abs(exact - round(exact)) > 1e-6:
+                raise ValueError(
+                    f"checkpoint time {t} is not a whole number of layers in (0, T] "
+                    f"(h = T/layers = {self.h:g}): use multiples of h"
+                )
+            layers.append(int(round(exact)))
+        if layers[-1] != self.layers or sorted(set(layers)) != layers:
+            raise ValueError(
+                f"checkpoints {list(self.checkpoints)} must increase and end at T = {self.T}"
+            )
+        return tuple(layers)
+
+    @property
+    def checkpoint_times(self) -> np.ndarray:
+        return np.asarray(self.checkpoint_layers, dtype=np.float64) * self.h
+
+
+class SweepBase(_Strict):
+    """Fields every model's sweep has."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str = ""
+    time: Time
+    trajectories: int = Field(ge=1)
+    eps: float = Field(default=1e-3, gt=0, lt=1)
+    seed: int = Field(default=0, ge=0)
+    store: str = ""
+    partition_traj: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _defaults_and_size(self):
+        if not self.store:
+            object.__setattr__(self, "store", f"results/{self.name}.zarr")
+        if self.partition_traj == 0:
+            object.__setattr__(self, "partition_traj", self.trajectories)
+        if self.n_cells > MAX_CELLS:
+            raise ValueError(
+                f"grid has {self.n_cells} cells, more than {MAX_CELLS}: split the sweep"
+            )
+        return self
+
+    @property
+    def axes(self) -> dict[str, tuple]:
+        """Grid axes in storage order (the order of the grid's fields)."""
+        return {name: getattr(self.grid, name) for name in type(self.grid).model_fields}
+
+    @property
+    def n_cells(self) -> int:
+        return math.prod(len(v) for v in self.axes.values())
+
+    def canonical(self) -> dict:
+        """The spec as plain data, without where it is stored (a store may move)."""
+        return self.model_dump(mode="json", exclude={"store"})
 
 
 
-Sweep = Annotated[
-    Union[StochasticTransformerSweep, HybridSweep, SphereFlowSweep, EuclideanFlowSweep],
-    Field(discriminator="model"),
-]
-_SWEEP = TypeAdapter(Sweep)
-MODELS = ("stochastic_transformer", "hybrid", "sphere_flow", "euclidean_flow")
+def refuse(field: str, text: str) -> ValueError:
+    """A cross-field error from a model validator, reported under `field` (see `_format_errors`)."""
+    return ValueError(f"{field}: {text}")
+
+
+# -- parsing: plain data or a YAML file -> the spec class of the model it names ---------------
+
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.]*): ")
 
 
-def _format_errors(err: ValidationError, model: str | None) -> str:
+def _format_errors(err: ValidationError, model: str | None, names: list[str]) -> str:
     lines = []
     for e in err.errors():
         loc = [str(p) for p in e["loc"] if p != model]
@@ -76,9 +231,9 @@ def _format_errors(err: ValidationError, model: str | None) -> str:
             msg = f"unknown key {loc[-1]!r}: remove it or check its spelling"
         elif e["type"] == "union_tag_invalid":
             field = "model"
-            msg = f"unknown model {e['ctx']['tag']!r}: choose one of {', '.join(MODELS)}"
+            msg = f"unknown model {e['ctx']['tag']!r}: choose one of {', '.join(names)}"
         elif e["type"] == "union_tag_not_found":
-            field, msg = "model", f"missing: choose one of {', '.join(MODELS)}"
+            field, msg = "model", f"missing: choose one of {', '.join(names)}"
         elif "input" in e and e["type"] not in ("value_error", "missing"):
             msg = f"{msg} (got {e['input']!r})"
         named = _FIELD_PREFIX.match(msg)  # a cross-field check, or a part of this field, names it
@@ -89,14 +244,16 @@ def _format_errors(err: ValidationError, model: str | None) -> str:
 
 
 def parse_sweep(data: dict, **overrides) -> SweepBase:
-    """Validate plain data (e.g. loaded YAML) into a Sweep; None overrides are ignored."""
+    """Validate plain data (e.g. loaded YAML) into its model's spec; None overrides are ignored."""
+    from .models import registry, sweep_adapter
+
     if not isinstance(data, dict):
         raise SpecError(f"a spec must be a mapping of fields, got {type(data).__name__}")
     data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
     try:
-        return _SWEEP.validate_python(data)
+        return sweep_adapter().validate_python(data)
     except ValidationError as err:
-        raise SpecError(_format_errors(err, data.get("model"))) from None
+        raise SpecError(_format_errors(err, data.get("model"), list(registry()))) from None
 
 
 def load_sweep(path: str | Path, **overrides) -> SweepBase:

@@ -28,14 +28,13 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from .models import model_entry
+from .models import get_model
 from .plan import Partition, Plan
 from .seeds import SEEDING_SCHEME
-from .spec import SpecError, SweepBase, sweep_from_json
+from .spec import SPEC_ATTR, SpecError, SweepBase, sweep_from_json
 
 PENDING, DONE, FAILED = 0, 1, 2
 STATUS_MEANINGS = "pending done failed"
-SPEC_ATTR = "tokensweep_spec"
 NEW_STORE_HINT = "use --store to write a new store, or delete the old one"
 DAMAGED_HINT = "the store is damaged: restore it from a copy, or delete it and run the spec again"
 
@@ -82,7 +81,7 @@ def template(sweep: SweepBase) -> xr.Dataset:
 
     variables, encoding = {}, {}
     cell_chunks = (1,) * len(grid_shape)
-    for name, out in model_entry(sweep.model).outputs.items():
+    for name, out in get_model(sweep.model).outputs.items():
         dims = (*axes, "t", "traj") if out.per_checkpoint else (*axes, "traj")
         shape = (*grid_shape, nt, ntraj) if out.per_checkpoint else (*grid_shape, ntraj)
         chunks = (*cell_chunks, nt, sweep.partition_traj) if out.per_checkpoint else (
@@ -203,7 +202,7 @@ def write_outputs(path: str | Path, plan: Plan, part: Partition, outputs: dict[s
     """Write one partition's outputs: exactly one chunk of every output variable."""
     ndim = len(plan.grid_shape)
     variables = {}
-    for name, spec in model_entry(plan.sweep.model).outputs.items():
+    for name, spec in get_model(plan.sweep.model).outputs.items():
         values = np.asarray(outputs[name], dtype=spec.dtype)
         if spec.per_checkpoint:  # kernel gives (traj, t); the store keeps (cell..., t, traj)
             values, dims = values.T, (*plan.sweep.axes, "t", "traj")

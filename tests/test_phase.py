@@ -1,11 +1,16 @@
-"""phase.py on synthetic cubes whose counts are known exactly, and the Wilson interval."""
+"""antipodal.py on synthetic cubes whose counts are known exactly, and the Wilson interval."""
+
+import json
 
 import numpy as np
 import pytest
 import xarray as xr
 from scipy import stats
 
-from tokensweep.pipeline import phase, theory
+from tokensweep.pipeline import theory
+from tokensweep.pipeline.analysis import antipodal
+from tokensweep.pipeline.analysis import stats as tstats
+from tokensweep.pipeline.spec import parse_sweep
 
 
 def make_cube(counts, coords, model="stochastic_transformer", attention="sa", n_traj=40,
@@ -32,8 +37,18 @@ def make_cube(counts, coords, model="stochastic_transformer", attention="sa", n_
     return xr.Dataset(
         {"cluster_class": (dims + ("t", "traj"), cc), "nonfinite": (dims + ("traj",), bad)},
         coords={**coords, "t": [1.0, 20.0]},
-        attrs={"model": model, "attention": attention, "T": 20.0, "layers": 2000, "seed": 7},
+        attrs={"model": model, "attention": attention, "T": 20.0, "layers": 2000, "seed": 7,
+               "tokensweep_spec": spec_json(model, attention, coords, n_traj)},
     )
+
+
+def spec_json(model, attention, coords, n_traj):
+    """The spec a cube over `coords` would have been written with (its closed form is the model's)."""
+    return json.dumps(parse_sweep({
+        "name": "synthetic", "model": model, "attention": attention,
+        "grid": {k: list(map(float if k in ("beta", "sigma") else int, v)) for k, v in coords.items()},
+        "time": {"T": 20.0, "layers": 2000, "checkpoints": [1.0, 20.0]}, "trajectories": n_traj,
+        "seed": 7}).model_dump(mode="json"))
 
 
 @pytest.fixture
@@ -51,17 +66,17 @@ def cube():
 @pytest.mark.parametrize("level", [0.9, 0.95, 0.99])
 def test_wilson_matches_scipy(k, N, level):
     ci = stats.binomtest(k, N).proportion_ci(confidence_level=level, method="wilson")
-    lo, hi = phase.wilson_interval(k, N, level)
+    lo, hi = tstats.wilson_interval(k, N, level)
     assert lo == pytest.approx(ci.low, abs=1e-12) and hi == pytest.approx(ci.high, abs=1e-12)
 
 
 def test_wilson_known_value_and_empty():
-    lo, hi = phase.wilson_interval(50, 100)  # textbook: [0.4038, 0.5962]
+    lo, hi = tstats.wilson_interval(50, 100)  # textbook: [0.4038, 0.5962]
     assert (round(float(lo), 4), round(float(hi), 4)) == (0.4038, 0.5962)
-    lo, hi = phase.wilson_interval([0, 4], [0, 8])
+    lo, hi = tstats.wilson_interval([0, 4], [0, 8])
     assert np.isnan(lo[0]) and np.isnan(hi[0]) and lo[1] < 0.5 < hi[1]
     with pytest.raises(ValueError, match="level"):
-        phase.wilson_interval(1, 2, level=95)
+        tstats.wilson_interval(1, 2, level=95)
 
 
 def test_wilson_coverage_property():
@@ -70,13 +85,13 @@ def test_wilson_coverage_property():
     rng = np.random.default_rng(11)
     p, N = 0.3, 200
     k = rng.binomial(N, p, size=4000)
-    lo, hi = phase.wilson_interval(k, N)
+    lo, hi = tstats.wilson_interval(k, N)
     assert abs(np.mean((lo <= p) & (p <= hi)) - 0.95) < 0.015
 
 
 def test_counts_probabilities_and_intervals(cube):
     ds, counts, n_bad = cube
-    table = phase.antipodal_table(ds)
+    table = antipodal.antipodal_table(ds)
     assert set(table.n_traj.dims) == {"beta", "d", "n"}
     np.testing.assert_array_equal(table.n_antipodal.transpose("beta", "d", "n"), counts[..., 0])
     np.testing.assert_array_equal(table.n_single.transpose("beta", "d", "n"), counts[..., 1])
@@ -86,7 +101,7 @@ def test_counts_probabilities_and_intervals(cube):
                                   40 - n_bad - counts.sum(-1))
     p = counts[..., 0] / (40 - n_bad)
     np.testing.assert_allclose(table.p_antipodal.transpose("beta", "d", "n"), p)
-    lo, hi = phase.wilson_interval(counts[..., 0], 40 - n_bad)
+    lo, hi = tstats.wilson_interval(counts[..., 0], 40 - n_bad)
     np.testing.assert_allclose(table.lo.transpose("beta", "d", "n"), lo)
     np.testing.assert_allclose(table.hi.transpose("beta", "d", "n"), hi)
     assert table.attrs["t"] == 20.0 and table.attrs["model"] == "stochastic_transformer"
@@ -94,7 +109,7 @@ def test_counts_probabilities_and_intervals(cube):
 
 def test_theory_and_z(cube):
     ds, counts, n_bad = cube
-    table = phase.antipodal_table(ds)
+    table = antipodal.antipodal_table(ds)
     for beta in (0.5, 1.0, 2.0):
         for d in (3, 4):
             cell = table.sel(beta=beta, d=d)
@@ -110,7 +125,7 @@ def test_theory_and_z(cube):
 
 def test_checkpoint_selection(cube):
     ds, counts, _ = cube
-    early = phase.antipodal_table(ds, t=1.2)  # nearest checkpoint: t = 1, all unresolved
+    early = antipodal.antipodal_table(ds, t=1.2)  # nearest checkpoint: t = 1, all unresolved
     assert early.attrs["t"] == 1.0 and int(early.n_antipodal.sum()) == 0
     assert int(early.n_unresolved.sum()) == int(early.n_traj.sum())
 
@@ -118,13 +133,14 @@ def test_checkpoint_selection(cube):
 def test_lazy_dask_cube_gives_same_table(cube):
     ds = cube[0].chunk({"beta": 1, "traj": 16})
     assert ds.cluster_class.chunks is not None
-    xr.testing.assert_identical(phase.antipodal_table(ds), phase.antipodal_table(cube[0].load()))
+    xr.testing.assert_identical(antipodal.antipodal_table(ds), antipodal.antipodal_table(cube[0].load()))
 
 
 def test_no_theory_for_causal_or_other_qk(cube):
     ds = cube[0]
-    assert phase.antipodal_table(ds.assign_attrs(attention="causal_sa")).theory.isnull().all()
-    assert phase.antipodal_table(ds.assign_attrs(Q="ginibre")).theory.isnull().all()
+    causal = ds.assign_attrs(tokensweep_spec=spec_json("stochastic_transformer", "causal_sa",
+                                                       {k: ds[k].values for k in ("beta", "d", "n")}, 40))
+    assert antipodal.antipodal_table(causal).theory.isnull().all()
 
 
 def test_hybrid_uses_sigma_coordinate():
@@ -132,10 +148,10 @@ def test_hybrid_uses_sigma_coordinate():
     counts = np.zeros((1, 1, 1, 3, 2), int)
     counts[..., 0] = [0, 27, 40]
     ds = make_cube(counts, coords, model="hybrid", attention="sa")
-    table = phase.antipodal_table(ds)
+    table = antipodal.antipodal_table(ds)
     np.testing.assert_allclose(table.theory.squeeze().values,
                                [0.0, theory.hybrid_antipodal_probability(1.0, np.sqrt(1.4), "sa", 3), 1.0])
-    assert phase.agrees(table).squeeze().values.tolist() == [True, True, True]
+    assert antipodal.agrees(table).squeeze().values.tolist() == [True, True, True]
 
 
 def test_agrees_and_chi_square():
@@ -144,10 +160,10 @@ def test_agrees_and_chi_square():
     counts = np.zeros((2, 1, 1, 2), int)
     counts[:, 0, 0, 0] = [5, 60]  # of 200: 0.025 (far below 0.120) and 0.30 (close to 0.281)
     counts[:, 0, 0, 1] = [195, 140]
-    table = phase.antipodal_table(make_cube(counts, coords, n_traj=200))
-    assert phase.agrees(table).squeeze().values.tolist() == [False, True]
+    table = antipodal.antipodal_table(make_cube(counts, coords, n_traj=200))
+    assert antipodal.agrees(table).squeeze().values.tolist() == [False, True]
     z = (np.array([0.025, 0.30]) - th) / np.sqrt(th * (1 - th) / 200)
-    summary = phase.chi_square_summary(table)
+    summary = tstats.chi_square_summary(table)
     assert summary["dof"] == 2 and summary["chi2"] == pytest.approx(np.sum(z**2))
     assert summary["p_value"] == pytest.approx(stats.chi2.sf(np.sum(z**2), 2))
 
@@ -160,8 +176,8 @@ def test_pending_partitions_are_not_counted(cube):
     status[1, 1, 1, 3] = 2  # failed
     ds = ds.assign(status=(("beta", "d", "n", "block"), status,
                            {"flag_values": [0, 1, 2], "flag_meanings": "pending done failed"}))
-    ds.attrs["tokensweep_spec"] = '{"partition_traj": 10}'
-    table = phase.antipodal_table(ds.chunk({"traj": 10}))
+    ds.attrs["tokensweep_spec"] = json.dumps({**json.loads(ds.attrs["tokensweep_spec"]), "partition_traj": 10})
+    table = antipodal.antipodal_table(ds.chunk({"traj": 10}))
     classes = ds.cluster_class.isel(t=-1).values
     for idx, block in ((( 0, 0, 0), 1), ((1, 1, 1), 3)):
         cell = table.isel(beta=idx[0], d=idx[1], n=idx[2])
@@ -183,11 +199,11 @@ def test_any_antipodal_counts_and_persistence():
     ds = xr.Dataset({"overlap_min": (("n", "t", "traj"), om[None]),
                      "nonfinite": (("n", "traj"), [[False, False, False, True]])},
                     coords={"n": [4], "t": [1.0, 2.0, 3.0]}, attrs={"eps": 1e-3})
-    table = phase.any_antipodal_table(ds).sel(n=4)
+    table = antipodal.any_antipodal_table(ds).sel(n=4)
     assert table.n_traj.values.tolist() == [3, 3, 3]
     assert table.n_any.values.tolist() == [2, 1, 1]
     assert table.n_persist.values.tolist() == [1, 1, 1]
     np.testing.assert_allclose(table.p_any, [2 / 3, 1 / 3, 1 / 3])
-    lo, hi = phase.wilson_interval(2, 3)
+    lo, hi = tstats.wilson_interval(2, 3)
     assert (float(table.lo[0]), float(table.hi[0])) == pytest.approx((float(lo), float(hi)))
-    assert phase.any_antipodal_table(ds, eps=1e-4).n_any.values.tolist() == [[2, 1, 0]]
+    assert antipodal.any_antipodal_table(ds, eps=1e-4).n_any.values.tolist() == [[2, 1, 0]]

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from tokensweep.pipeline import execute
 from tokensweep.pipeline.execute import pending_partitions, run_partition, simulate_partition
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.seeds import trajectory_rngs
 from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.testing import fault_injector
 from tokensweep.pipeline.store import DONE, FAILED, PENDING, prepare_store, read_status, write_outputs
 
 OUTPUT_VARS = ["overlap_min", "overlap_max", "cluster_class", "n_clusters", "t_hit", "nonfinite"]
@@ -83,10 +85,13 @@ def test_failed_partition_is_marked_and_rerun_identically(tiny_spec, tmp_path, m
     store = tmp_path / "f.zarr"
     prepare_store(sweep, store)
     monkeypatch.setenv("TOKENSWEEP_FAIL_PARTITIONS", "2")
+    # the hook is resolved when a process imports execute; this process switches it on by hand
+    monkeypatch.setattr(execute, "_inject_fault", fault_injector())
     with pytest.raises(RuntimeError, match="injected failure in partition 2"):
         run_partition(sweep, store, 2)
     assert read_status(store)[2] == FAILED
     monkeypatch.delenv("TOKENSWEEP_FAIL_PARTITIONS")
+    monkeypatch.setattr(execute, "_inject_fault", fault_injector())
     run_all_sync(sweep, store)
     reference = tmp_path / "r.zarr"
     run_all_sync(sweep, reference)

@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from tokensweep.pipeline import phase, plots, report, theory
+import json
+
+from tokensweep.pipeline import report, theory
+from tokensweep.pipeline.analysis import antipodal as phase
+from tokensweep.pipeline.analysis import stats
+from tokensweep.pipeline.report import figures as plots
+from tokensweep.pipeline.spec import parse_sweep
 
 
 def synthetic_cube(model="stochastic_transformer", attention="sa", sigma=None, n_traj=300, seed=5):
@@ -30,7 +36,12 @@ def synthetic_cube(model="stochastic_transformer", attention="sa", sigma=None, n
          "nonfinite": (dims + ("traj",), np.zeros(shape + (n_traj,), bool))},
         coords={**coords, "t": [5.0, 50.0]},
         attrs={"model": model, "attention": attention, "T": 50.0, "layers": 5000,
-               "trajectories": n_traj, "seed": 20260129, "name": "synthetic"},
+               "trajectories": n_traj, "seed": 20260129, "name": "synthetic",
+               "tokensweep_spec": json.dumps(parse_sweep({
+                   "name": "synthetic", "model": model, "attention": attention,
+                   "grid": {k: list(map(float if k in ("beta", "sigma") else int, v)) for k, v in coords.items()},
+                   "time": {"T": 50.0, "layers": 5000, "checkpoints": [5.0, 50.0]},
+                   "trajectories": n_traj, "seed": 20260129}).model_dump(mode="json"))},
     )
 
 
@@ -75,7 +86,7 @@ def test_report_png_and_table_match(zarr_cube, tmp_path):
         assert (r[7] == "—") if np.isnan(z) else float(r[7]) == pytest.approx(z, abs=5e-3)
         assert float(r[8]) == pytest.approx(float(cell.n_unresolved / cell.n_traj), abs=5e-5)
         assert r[10] == ("yes" if bool(agree.sel(d=int(r[0]), n=2, beta=float(r[2]))) else "no")
-    chi = phase.chi_square_summary(table)
+    chi = stats.chi_square_summary(table)
     assert f"sum z^2 = {chi['chi2']:.2f} over {chi['dof']} cells" in text
 
 

@@ -1,7 +1,7 @@
-"""Geometry of final states of the unnormalised flow in R^d [GLPR-E] (models.md section 3).
+"""Geometry of final states of the unnormalised flow in R^d [GLPR-E] (docs/models.md section 3).
 
-Post-processing of `z_final` (n, d) and `P_final` (n, n) from `tokensweep.kernels.euclidean_flow`;
-they need scipy, which kernels may not import.
+Post-processing of `z_final` (n, d) and `P_final` (n, n) from `tokensweep.kernels.euclidean_flow`
+(they need scipy, which kernels may not import), and `geometry_table`, their summary per cell.
 
 - Clusters: components of the graph with an edge where |z_i - z_j| <= eps * scale (the kernel's
   rule); scale defaults to the radius max_i |z_i - mean z| of the given state (1 when it is 0).
@@ -19,9 +19,12 @@ they need scipy, which kernels may not import.
 """
 
 import numpy as np
+import xarray as xr
 from scipy.optimize import linprog
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import pdist, squareform
+
+from .stats import done_finite, done_mask
 
 
 def _radius(z):
@@ -140,3 +143,29 @@ def attention_rank_and_booleanness(P, rtol=1e-6):
     if P.ndim == 2:
         return int(rank), float(defect)
     return rank, defect
+
+
+def geometry_table(ds: xr.Dataset) -> xr.Dataset:
+    """Per cell: geometric outcomes at T of the flow in R^d, over counted trajectories."""
+    last = ds["n_clusters"].isel(t=-1)
+    keep = done_finite(ds, last)
+    done = done_mask(ds)
+    nonfinite = ds["nonfinite"] & (xr.ones_like(last, dtype=bool) if done is None else done)
+    psi = ds["n_psi1_values"].where(keep & (ds["n_psi1_values"] >= 0))
+    t_end = float(ds["t"].values[-1])
+    table = xr.Dataset({
+        "n_traj": keep.sum("traj"),
+        "n_nonfinite": nonfinite.sum("traj"),
+        "clusters_mean": last.where(keep).mean("traj"),
+        "clusters_max": last.where(keep).max("traj"),
+        "p_on_hull": ds["centres_on_hull"].where(keep).mean("traj"),
+        "psi1_mean": psi.mean("traj"),
+        "p_psi1_le3": (psi <= 3).where(psi.notnull()).mean("traj"),
+        "rank_mean": ds["attention_rank"].where(keep).mean("traj"),
+        "rank_max": ds["attention_rank"].where(keep).max("traj"),
+        "booleanness_max": ds["booleanness"].where(keep).max("traj"),
+        "spread_mean": ds["spread"].isel(t=-1).where(keep).mean("traj"),
+    }).compute()
+    table["sqrtT_spread"] = np.sqrt(t_end) * table.spread_mean
+    table.attrs = {"T": t_end}
+    return table

@@ -1,0 +1,160 @@
+"""Plug-in: the unnormalised attention flow in R^d [GLPR-E] (docs/models.md section 3).
+
+dx_i/dt = sum_j P_ij V x_j. The kernel returns the final rescaled tokens z(T) (n, d) and the
+attention matrix P(T) (n, n) per trajectory; every stored output has dims (grid..., [t,] traj)
+only, since n and d vary over the grid, so `simulate` reduces them here, with
+`analysis.geometry`, to per-trajectory scalars (`REDUCTIONS`): whether the cluster centres are
+hull vertices, the number of psi_1 hyperplanes, the rank and Booleanness of P(T).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from ...kernels import vocabulary
+from ...kernels.vocabulary import OutputSpec
+from ..matrix_fields import Matrix, as_array, check_fixes_d, square_matrix
+from ..plugin import Model
+from ..report import geometry
+from ..spec import Grid, SweepBase
+from ._common import sphere_cell, time_arguments
+
+
+class EuclideanGrid(Grid):
+    """Tokens in R^d [GLPR-E]: d = 1 is allowed (no sphere to live on)."""
+
+    @field_validator("d")
+    @classmethod
+    def _sphere_dimension(cls, values):  # same name: replaces Grid's d >= 2 rule
+        bad = [v for v in values if v < 1]
+        if bad:
+            raise ValueError(f"contains {bad}, but R^d needs d >= 1: remove them from grid.d")
+        return values
+
+
+class EuclideanFlowSweep(SweepBase):
+    """Unnormalised attention flow in R^d [GLPR-E]: dx_i/dt = sum_j P_ij V x_j.
+
+    V is "identity", "minus_identity" or an explicit d x d list (which fixes grid.d); Q, K are
+    optional explicit matrices (default I). Tokens start in the box U[-box, box]^d by default.
+
+    >>> from tokensweep.pipeline.spec import parse_sweep
+    >>> s = parse_sweep({"name": "e", "model": "euclidean_flow", "grid": {"beta": 1, "d": 2, "n": 5},
+    ...     "time": {"T": 1.0, "layers": 10}, "trajectories": 2, "V": [[1, 0], [0, -0.5]]})
+    >>> s.V, s.init, s.box
+    (((1.0, 0.0), (0.0, -0.5)), 'box', 5.0)
+    """
+
+    model: Literal["euclidean_flow"]
+    grid: EuclideanGrid
+    V: Union[Literal["identity", "minus_identity"], Matrix] = "identity"
+    Q: Optional[Matrix] = None
+    K: Optional[Matrix] = None
+    integrator: Literal[vocabulary.EUCLIDEAN_INTEGRATORS] = "euler"
+    init: Literal[vocabulary.EUCLIDEAN_INITS] = "box"
+    box: float = Field(default=5.0, gt=0, allow_inf_nan=False)
+
+    @field_validator("V", "Q", "K", mode="before")
+    @classmethod
+    def _square(cls, value, info):
+        names = ("identity", "minus_identity") if info.field_name == "V" else ()
+        return None if value is None else square_matrix(value, info.field_name, names)
+
+    @model_validator(mode="after")
+    def _matrices_fix_d(self):
+        for name in ("V", "Q", "K"):
+            m = getattr(self, name)
+            if m is not None and not isinstance(m, str):
+                check_fixes_d(name, len(m), self.grid.d,
+                              " or use V: identity / minus_identity" if name == "V" else "")
+        return self
+
+
+# stored per trajectory in place of z_final / P_final; the -1 / NaN / False of a trajectory that
+# is non-finite (or where psi_1 is undefined) are documented in the long names
+REDUCTIONS = {
+    "centres_on_hull": OutputSpec(False, "bool", "every cluster centre of z(T) is a vertex of the hull "
+                                                 "of the centres", "1"),
+    "n_psi1_values": OutputSpec(False, "int16", "distinct values of psi_1^T z_i(T) (psi_1 left top "
+                                                "eigenvector of V; -1 if the top eigenvalue of V is not "
+                                                "real and simple)", "1"),
+    "attention_rank": OutputSpec(False, "int16", "numerical rank of P(T) (singular values > 1e-6 of the "
+                                                 "largest)", "1"),
+    "booleanness": OutputSpec(False, "float64", "distance sum_ij min(P_ij, 1 - P_ij) of P(T) to a "
+                                                "Boolean matrix", "1"),
+}
+FINAL_STATES = ("z_final", "P_final")
+
+
+def _top_eigenvalue_simple(V: np.ndarray) -> bool:
+    """psi_1 is only defined when the eigenvalue of largest real part is real and simple."""
+    vals = np.linalg.eigvals(V)
+    order = np.argsort(-vals.real)
+    top = vals[order[0]]
+    if abs(top.imag) > 1e-12 * max(1.0, abs(top)):
+        return False
+    return len(vals) == 1 or vals[order[1]].real < top.real - 1e-9 * max(1.0, abs(top))
+
+
+def reduce_final_states(sweep, coords: dict, out: dict) -> dict:
+    """z_final, P_final -> the per-trajectory geometric outcomes of `REDUCTIONS`."""
+    from ..analysis import geometry as geo
+
+    z, P, bad = out.pop("z_final"), out.pop("P_final"), out["nonfinite"]
+    ntraj = z.shape[0]
+    V = as_array(sweep.V, int(coords["d"]))
+    psi1_defined = _top_eigenvalue_simple(V)
+    hull = np.zeros(ntraj, bool)
+    n_psi1 = np.full(ntraj, -1, np.int16)
+    rank = np.zeros(ntraj, np.int16)
+    boolean = np.full(ntraj, np.nan)
+    for r in np.flatnonzero(~bad):
+        hull[r] = geo.centres_are_hull_vertices(z[r], sweep.eps)
+        if psi1_defined:
+            n_psi1[r] = len(geo.psi1_values(z[r], V, sweep.eps))
+        rank[r], boolean[r] = geo.attention_rank_and_booleanness(P[r])
+    return {**out, "centres_on_hull": hull, "n_psi1_values": n_psi1, "attention_rank": rank,
+            "booleanness": boolean}
+
+
+class EuclideanFlow(Model):
+    name = "euclidean_flow"
+    summary = ("unnormalised attention flow in R^d [GLPR-E]: dx_i/dt = sum_j P_ij V x_j; final "
+               "states reduced to hull / hyperplane / Boolean-P outcomes")
+    spec = EuclideanFlowSweep
+    outputs = {**{k: v for k, v in vocabulary.EUCLIDEAN_FLOW_OUTPUTS.items() if k not in FINAL_STATES},
+               **REDUCTIONS}
+    report_facts = ("V", "Q", "K", "integrator", "init", "box")
+
+    def simulate(self, sweep, coords, rngs):
+        from ...kernels.euclidean_flow import simulate_euclidean_flow
+
+        d = int(coords["d"])
+        out = simulate_euclidean_flow(
+            rngs, **sphere_cell(coords), V=as_array(sweep.V, d),
+            Q=None if sweep.Q is None else as_array(sweep.Q, d),
+            K=None if sweep.K is None else as_array(sweep.K, d),
+            integrator=sweep.integrator, init=sweep.init, box=sweep.box, **time_arguments(sweep))
+        return reduce_final_states(sweep, coords, out)
+
+    def geometry_claims(self, sweep, d) -> str:
+        """The [GLPR-E] statements that apply to a cell of this spec (docs/models.md section 3)."""
+        claims = []
+        if sweep.V == "identity":
+            claims.append("centres on the hull (P = 1)")
+        elif sweep.V == "minus_identity":
+            claims.append("x -> 0 like t^-1/2 (sqrt(T) spread bounded)")
+        else:
+            claims.append("at most 3 psi_1 hyperplanes (typically 2) if lambda_1 > 0 is simple")
+        if int(d) == 1:
+            claims.append("P(T) Boolean, rank <= 3")
+        return "; ".join(claims)
+
+    def sections(self, sweep):
+        return [geometry.geometry_section]
+
+
+model = EuclideanFlow()

@@ -1,0 +1,83 @@
+"""Plug-in: the hybrid noise model [F26, Prop. 1] (docs/models.md section 5).
+
+x_i <- N(x_i + (h + sigma sqrt(h) xi_k) A_i), one scalar xi_k per layer shared by all tokens. Two
+tokens have a closed-form P(antipodal) (`theory.hybrid_antipodal_probability`) with noise
+thresholds: USA one sharp sigma_c = sqrt(2 e^-beta), SA a bistable window.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from pydantic import field_validator
+
+from ...kernels import vocabulary
+from .. import theory
+from ..plugin import Model
+from ..report import antipodal
+from ..spec import Grid, SweepBase
+from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments, two_token_cells
+
+
+class HybridGrid(Grid):
+    """The hybrid noise model adds the noise amplitude sigma."""
+
+    sigma: tuple[float, ...]
+
+    @field_validator("sigma")
+    @classmethod
+    def _noise_amplitude(cls, values):
+        bad = [v for v in values if not math.isfinite(v) or v < 0]
+        if bad:
+            raise ValueError(f"contains {bad}, but sigma must be finite and >= 0")
+        return values
+
+
+class HybridSweep(SweepBase):
+    """Hybrid noise model [F26, Prop. 1]: x_i <- N(x_i + h A_i + sigma sqrt(h) xi_k A_i)."""
+
+    model: Literal["hybrid"]
+    attention: Literal[vocabulary.HYBRID_ATTENTIONS] = "sa"
+    grid: HybridGrid
+
+
+class Hybrid(Model):
+    name = "hybrid"
+    summary = ("hybrid noise model [F26, Prop. 1]: x_i <- N(x_i + h A_i + sigma sqrt(h) xi_k A_i), "
+               "one scalar xi_k per layer")
+    spec = HybridSweep
+    outputs = vocabulary.HYBRID_OUTPUTS
+
+    def simulate(self, sweep, coords, rngs):
+        from ...kernels.hybrid import simulate_hybrid
+
+        return simulate_hybrid(rngs, **sphere_cell(coords), sigma=float(coords["sigma"]),
+                               attention=sweep.attention, **time_arguments(sweep))
+
+    def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
+        """P(antipodal) of two tokens started uniformly; NaN where none applies."""
+        beta, d, _, mask = two_token_cells(cells)
+        sigma = np.broadcast_to(np.asarray(cells.get("sigma", np.nan), float), beta.shape)
+        out = np.full(beta.shape, np.nan)
+        if sweep.attention in CLOSED_FORM_ATTENTIONS:
+            for idx in zip(*np.nonzero(mask & ~np.isnan(sigma))):
+                out[idx] = theory.hybrid_antipodal_probability(beta[idx], sigma[idx], sweep.attention,
+                                                               int(d[idx]))
+        return out
+
+    def threshold_curves(self, sweep, beta: np.ndarray) -> list:
+        """(label, matplotlib style, sigma values) of the noise thresholds over beta."""
+        if sweep.attention not in CLOSED_FORM_ATTENTIONS:
+            return []
+        lo, hi = theory.hybrid_sigma_c(beta, sweep.attention)
+        if sweep.attention == "usa":
+            return [("σ_c(β) = sqrt(2 e^-β)", "w-", lo)]
+        return [("σ_lo(β) = sqrt(1 + e^-2β)", "w--", lo), ("σ_hi = sqrt(2)", "w-", hi)]
+
+    def sections(self, sweep):
+        return [antipodal.probability_section, antipodal.heatmap_section, antipodal.any_pair_section]
+
+
+model = Hybrid()

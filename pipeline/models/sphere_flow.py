@@ -1,0 +1,193 @@
+"""Plug-in: deterministic attention flows on the sphere [GLPR-P, RST] (docs/models.md sections 1, 2).
+
+dx_i/dt = P_{x_i}(A_i(X)) with SA/USA/causal attention, Q/K/V ensembles or explicit matrices, heads,
+time-varying P(t) presets, integrated by retraction Euler, Heun or RK4. Closed forms where
+Q = K = V = I, no time-varying P(t), SA or USA: the equiangular overlap gamma(t), its merge time
+t*(beta) (gamma(t*) = 1 - delta, the curve of [GLPR-P] Fig. 3), and Wendel's probability that the
+start lies in an open hemisphere.
+
+Time units: with `heads` identical heads the field is `heads` times larger, with `rst_scaling` it
+is divided by sqrt(d); so a theory time t_th is simulated at t = t_th * sqrt(d)^rst / heads.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal, Optional
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from ...kernels import vocabulary
+from .. import theory
+from ..matrix_fields import Matrix, check_fixes_d, per_head_matrices
+from ..plugin import Model
+from ..report import clustering
+from ..spec import Grid, SweepBase, refuse
+from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments
+
+MATRIX_KEYS = ("Q", "K", "V")  # the kernel's `matrices` keys
+
+
+class SphereFlowSweep(SweepBase):
+    """Deterministic attention flow on the sphere [GLPR-P, RST]: dx_i/dt = P_{x_i}(A_i(X)).
+
+    Defaults are the kernel's (kernels/sphere_flow.py): SA, retraction Euler, one head,
+    Q = K = V = I, uniform start, frac_close threshold delta = 1e-3.
+
+    `matrices` fixes Q, K and/or V explicitly (never drawn): each one d x d matrix (every head)
+    or a list of `heads` of them, normalised to (heads, d, d); it fixes grid.d, and a matrix it
+    gives cannot also come from `qk` / `value` / a `time_varying` preset.
+
+    >>> from tokensweep.pipeline.spec import parse_sweep
+    >>> s = parse_sweep({"name": "f", "model": "sphere_flow", "grid": {"beta": 1, "d": 8, "n": 4},
+    ...     "time": {"T": 3.0, "layers": 30}, "trajectories": 2, "init": "equiangular"})
+    >>> s.attention, s.integrator, s.init, s.delta
+    ('sa', 'euler', 'equiangular', 0.001)
+    """
+
+    model: Literal["sphere_flow"]
+    attention: Literal[vocabulary.SPHERE_FLOW_ATTENTIONS] = "sa"
+    grid: Grid
+    integrator: Literal[vocabulary.SPHERE_FLOW_INTEGRATORS] = "euler"
+    heads: int = Field(default=1, ge=1)
+    qk: Literal[vocabulary.QK_ENSEMBLES] = "identity"
+    value: Literal[vocabulary.VALUE_ENSEMBLES] = "identity"
+    period: int = Field(default=0, ge=0)
+    time_varying: Optional[Literal[tuple(vocabulary.TIME_VARYING_PRESETS)]] = None
+    init: Literal[vocabulary.SPHERE_FLOW_INITS] = "uniform_sphere"
+    delta: float = Field(default=1e-3, gt=0, lt=1)
+    rst_scaling: bool = False
+    matrices: Optional[dict[Literal[MATRIX_KEYS], tuple[Matrix, ...]]] = None
+
+    @field_validator("matrices", mode="before")
+    @classmethod
+    def _head_matrices(cls, value, info):
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ValueError(f"got {value!r}: give a mapping with keys among {', '.join(MATRIX_KEYS)}, "
+                             "each one d x d matrix or a list of heads of them")
+        unknown = sorted(str(k) for k in value if k not in MATRIX_KEYS)
+        if unknown:
+            raise ValueError(f"has keys {unknown}: only {', '.join(MATRIX_KEYS)} are understood: "
+                             "remove them or check their spelling")
+        heads = info.data.get("heads")  # absent when heads itself is invalid (reported there)
+        return {k: per_head_matrices(value[k], f"matrices.{k}", heads)
+                for k in MATRIX_KEYS if k in value} or None
+
+    @model_validator(mode="after")
+    def _consistent_options(self):
+        if self.init == "equiangular":
+            bad = [(d, n) for d in self.grid.d for n in self.grid.n if d < n]
+            if bad:
+                d, n = bad[0]
+                raise refuse("init", f"'equiangular' needs d >= n orthonormal tokens in every cell, "
+                              f"but the grid pairs d = {d} with n = {n}: raise grid.d, lower grid.n "
+                              "or use init: uniform_sphere")
+        random_weights = self.qk != "identity" or self.value in ("ginibre", "goe", "wigner", "wishart")
+        if self.period and not random_weights:
+            raise refuse("period", f"{self.period} redraws random matrices, but qk = {self.qk!r} and "
+                          f"value = {self.value!r} are fixed: remove period or choose an ensemble")
+        if self.time_varying is not None:
+            heads, d, fixes_qk, fixes_v = vocabulary.TIME_VARYING_PRESETS[self.time_varying]
+            name = repr(self.time_varying)
+            if heads is not None and self.heads != heads:
+                raise refuse("heads", f"time_varying {name} has {heads} head(s), got heads = "
+                              f"{self.heads}: set heads: {heads}")
+            if d is not None and self.grid.d != (d,):
+                raise refuse("grid.d", f"time_varying {name} is defined in d = {d}, got "
+                              f"{list(self.grid.d)}: set grid.d: {d}")
+            if fixes_qk and self.qk != "identity":
+                raise refuse("qk", f"time_varying {name} fixes Q^T K = P', got qk = {self.qk!r}: "
+                              "leave qk: identity")
+            if fixes_v and self.value != "identity":
+                raise refuse("value", f"time_varying {name} fixes V, got value = {self.value!r}: "
+                              "leave value: identity")
+        for key, mats in (self.matrices or {}).items():
+            field = f"matrices.{key}"
+            check_fixes_d(field, len(mats[0]), self.grid.d)
+            if key in ("Q", "K") and self.qk != "identity":
+                raise refuse(field, f"an explicit {key} fixes the query-key pair, but qk = {self.qk!r} "
+                              f"draws it: remove {field} or set qk: identity")
+            if key == "V" and self.value != "identity":
+                raise refuse(field, f"an explicit V fixes the value matrix, but value = {self.value!r} "
+                              f"sets it: remove {field} or set value: identity")
+            if self.time_varying is not None:
+                _, _, fixes_qk, fixes_v = vocabulary.TIME_VARYING_PRESETS[self.time_varying]
+                if (fixes_qk and key in ("Q", "K")) or (fixes_v and key == "V"):
+                    raise refuse(field, f"time_varying {self.time_varying!r} fixes "
+                                  f"{'Q^T K' if key in ('Q', 'K') else 'V'}: remove {field}")
+        return self
+
+
+class SphereFlow(Model):
+    name = "sphere_flow"
+    summary = ("deterministic attention flow on the sphere [GLPR-P, RST]: dx_i/dt = P_x(A_i), "
+               "SA/USA/causal, Q/K/V ensembles, heads, time-varying presets, Euler/Heun/RK4")
+    spec = SphereFlowSweep
+    outputs = vocabulary.SPHERE_FLOW_OUTPUTS
+    report_facts = ("integrator", "init", "heads", "qk", "value", "period", "time_varying",
+                    "rst_scaling", "delta")
+
+    def kernel_arguments(self, sweep, coords) -> dict:
+        """The keywords of `kernels.sphere_flow.simulate_sphere_flow` for one cell."""
+        matrices = ({key: np.asarray(m, dtype=np.float64) for key, m in sweep.matrices.items()}
+                    if sweep.matrices else None)
+        return dict(**sphere_cell(coords), attention=sweep.attention, integrator=sweep.integrator,
+                    heads=sweep.heads, qk=sweep.qk, value=sweep.value, period=sweep.period,
+                    time_varying=sweep.time_varying, init=sweep.init, delta=sweep.delta,
+                    rst_scaling=sweep.rst_scaling, matrices=matrices, **time_arguments(sweep))
+
+    def simulate(self, sweep, coords, rngs):
+        from ...kernels.sphere_flow import simulate_sphere_flow
+
+        return simulate_sphere_flow(rngs, **self.kernel_arguments(sweep, coords))
+
+    @staticmethod
+    def closed_form_attention(sweep) -> Optional[str]:
+        """'sa' or 'usa' when the equiangular closed forms apply to this spec, else None."""
+        fixed = (sweep.qk == "identity" and sweep.value == "identity" and sweep.time_varying is None
+                 and not sweep.matrices)
+        return sweep.attention if fixed and sweep.attention in CLOSED_FORM_ATTENTIONS else None
+
+    @staticmethod
+    def time_factor(sweep, d) -> float:
+        """Simulated time per unit of theory time: sqrt(d) with rst_scaling, divided by heads."""
+        return (np.sqrt(float(d)) if sweep.rst_scaling else 1.0) / float(sweep.heads)
+
+    def merge_time(self, sweep, cell: dict):
+        """t*(beta) in simulated time for the cell (beta may be an array); None where n/a."""
+        attention = self.closed_form_attention(sweep)
+        if attention is None:
+            return None
+        betas = tuple(np.atleast_1d(np.asarray(cell["beta"], float)).tolist())
+        star = _t_star(betas, int(cell["n"]), float(sweep.delta), attention)
+        star = star * self.time_factor(sweep, cell["d"])
+        return star if np.ndim(cell["beta"]) else float(star[0])
+
+    def equiangular_overlap(self, sweep, times, cell: dict):
+        """gamma at the simulated `times` for an equiangular start; None where n/a."""
+        attention = self.closed_form_attention(sweep)
+        if sweep.init != "equiangular" or attention is None:
+            return None
+        t_theory = np.asarray(times, float) / self.time_factor(sweep, cell["d"])
+        return theory.equiangular_gamma(t_theory, float(cell["beta"]), int(cell["n"]), attention)
+
+    def hemisphere_probability(self, sweep, n, d):
+        """P(the start lies in an open hemisphere): Wendel's for uniform starts, else 1."""
+        if sweep.init == "uniform_sphere":
+            return theory.wendel_probability(n, d)
+        return np.ones(np.broadcast(n, d).shape)  # a half sphere or an orthonormal frame: always
+
+    def sections(self, sweep):
+        return [clustering.merge_section, clustering.cluster_count_section,
+                clustering.hemisphere_section, clustering.equiangular_section]
+
+
+@functools.lru_cache(maxsize=64)
+def _t_star(betas: tuple, n: int, delta: float, attention: str) -> np.ndarray:
+    return np.atleast_1d(theory.t_star(np.asarray(betas, float), n, delta, attention))
+
+
+model = SphereFlow()

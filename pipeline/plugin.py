@@ -1,0 +1,90 @@
+"""The model contract: what one plug-in module declares so that tokensweep can run and report it.
+
+A model is an instance of a `Model` subclass, defined in one module: the built-in ones in
+`pipeline/models/`, others in any installed package that names it in the entry-point group
+``tokensweep.models`` (as xarray finds its backends in ``xarray.backends``)::
+
+    [project.entry-points."tokensweep.models"]
+    my_dynamics = "my_package.tokensweep_model:model"
+
+The model says
+
+- `name`, `summary`: what a spec writes after ``model:``, and what `tokensweep models` prints;
+- `spec`: its pydantic spec class, a `SweepBase` with ``model: Literal[name]`` and its options;
+- `outputs`: what it stores per trajectory, ``{name: OutputSpec}`` (``kernels/vocabulary.py``:
+  dtype, per checkpoint or not, CF attributes); it shapes the store, so it must not import numba;
+- `simulate(sweep, coords, rngs)`: one partition's outputs, one array per declared output,
+  trajectories first (the kernel is imported here, lazily);
+- `sections(sweep)`: the report sections it wants, each a function of `pipeline/report/`'s outcome
+  modules with this model's closed forms passed in;
+- `report_facts`: spec fields the report lists in its header.
+
+The engine (plan, seeds, store, execute, the Prefect flow) and the report page only use this
+interface, so adding a model touches its kernel module, its plug-in module and a catalog spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ClassVar, Mapping, NamedTuple
+
+import numpy as np
+
+from .spec import SweepBase
+
+__all__ = ["Model", "ReportInput", "Part", "Section", "check_outputs"]
+
+
+@dataclass(frozen=True)
+class ReportInput:
+    """What a report section reads: the cube, its typed spec, the output folder, the interval level."""
+
+    ds: object  # xarray.Dataset (not imported here: specs and the registry stay light)
+    sweep: SweepBase
+    out: Path
+    level: float = 0.95
+
+
+class Part(NamedTuple):
+    """One section of a report: markdown lines, and the figures they show {name: path}."""
+
+    lines: list[str]
+    figures: dict[str, str]
+
+
+Section = Callable[[ReportInput], Part]
+
+
+class Model:
+    """Base class of a model plug-in (see the module docstring); subclass it, then instantiate."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    spec: ClassVar[type[SweepBase]]
+    outputs: ClassVar[Mapping[str, object]]
+    report_facts: ClassVar[tuple[str, ...]] = ()
+
+    def simulate(self, sweep: SweepBase, coords: dict, rngs: list) -> dict[str, np.ndarray]:
+        """The declared outputs of len(rngs) trajectories of the cell at `coords`."""
+        raise NotImplementedError(f"model {self.name!r} does not define simulate()")
+
+    def sections(self, sweep: SweepBase) -> list[Section]:
+        """The report sections of a cube of this model, in page order."""
+        return []
+
+    def __repr__(self) -> str:
+        return f"<tokensweep model {self.name!r}>"
+
+
+def check_outputs(model: Model, outputs: dict, ntraj: int, nt: int) -> None:
+    """Raise if `outputs` is not exactly the model's declared outputs, shaped and typed as declared."""
+    if set(outputs) != set(model.outputs):
+        raise ValueError(f"model {model.name!r} returned outputs {sorted(outputs)} but declares "
+                         f"{sorted(model.outputs)}: return exactly the declared ones")
+    for name, spec in model.outputs.items():
+        shape = (ntraj, nt) if spec.per_checkpoint else (ntraj,)
+        value = np.asarray(outputs[name])
+        if value.shape != shape or not np.can_cast(value.dtype, spec.dtype, "same_kind"):
+            raise ValueError(f"model {model.name!r}: output {name!r} has shape {value.shape} and dtype "
+                             f"{value.dtype}, but {shape} of {spec.dtype} is declared")

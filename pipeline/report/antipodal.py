@@ -1,0 +1,227 @@
+"""Report sections and figures of the antipodal outcome (the stochastic models, [F26]).
+
+* `probability_section`: the per-cell table of P(antipodal) (`analysis.antipodal.antipodal_table`)
+  with the model's closed form, the agreement count, the chi-square summary and `phase.png`:
+  P(antipodal) against beta, one colour per d, Wilson error bars, the closed form drawn densely
+  and the model's `critical_beta` as a dashed line of the same colour. Other grid axes of size > 1
+  (n, sigma, ...) become facets.
+* `heatmap_section`: P(antipodal) over (beta, sigma) with the model's `threshold_curves` over it.
+* `any_pair_section` (n > 2 only): P(at least one antipodal pair) against beta per n and its
+  persistence over the checkpoints ([F26] Figs. 6-7).
+
+The agreement column uses the 99 % Wilson interval widened by 0.01 on each side: the discrete
+model with step h carries an O(h) bias against the limit SDE (docs/models.md section 4: at d = 8,
+beta = 1.5 the discrete model gives 0.035 at h = 0.01 against 0.042), which a pure sampling
+interval would flag as disagreement at large N.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from ..analysis.antipodal import agrees, antipodal_table, any_antipodal_table
+from ..analysis.stats import chi_square_summary, closed_form
+from ..plugin import Part, ReportInput
+from .figures import N_DENSE, facets, figure_title, panels, plt, save, scalar, subplots, with_dims
+from .page import fmt, row_order, rows_table
+
+__all__ = ["probability_section", "heatmap_section", "any_pair_section", "markdown_table",
+           "plot_antipodal_vs_beta", "plot_heatmap", "plot_any_antipodal", "AGREE_LEVEL", "AGREE_WIDEN"]
+
+AGREE_LEVEL, AGREE_WIDEN = 0.99, 0.01
+
+
+def markdown_table(table: xr.Dataset, level: float = 0.95) -> str:
+    """One row per grid cell: coordinates, N, p, interval, theory, z, unresolved, agreement."""
+    dims = row_order(table.n_traj.dims)
+    table = table.sortby(dims).transpose(*dims)
+    agree = agrees(table, AGREE_LEVEL, AGREE_WIDEN).transpose(*dims).values
+    judged = (table.theory.notnull() & (table.n_traj > 0)).values  # a flag needs a theory and data
+    head = dims + ["N", "p_antipodal", f"{level:.0%} Wilson", "theory", "z", "unresolved",
+                   "nonfinite", f"agrees ({AGREE_LEVEL:.0%} ± {AGREE_WIDEN})"]
+    rows = []
+    for idx in np.ndindex(table.n_traj.shape):
+        cell = table[{dim: i for dim, i in zip(dims, idx)}]
+        N = int(cell.n_traj)
+        unresolved = float(cell.n_unresolved) / N if N else float("nan")
+        rows.append([f"{cell[dim].values.item():g}" for dim in dims] + [
+            str(N), fmt(float(cell.p_antipodal)),
+            f"[{fmt(float(cell.lo))}, {fmt(float(cell.hi))}]", fmt(float(cell.theory)),
+            fmt(float(cell.z), 2), fmt(unresolved), str(int(cell.n_nonfinite)),
+            ("yes" if agree[idx] else "no") if judged[idx] else "n/a"])
+    return rows_table(head, rows)
+
+
+def probability_section(report: ReportInput) -> Part:
+    """P(antipodal) per cell against the closed form: table, agreement, chi-square, phase.png."""
+    ds, level = report.ds, report.level
+    table = antipodal_table(ds, level=level)
+    figures = {"phase": plot_antipodal_vs_beta(table, report.out / "phase.png")}
+    chi = chi_square_summary(table)
+    n_agree = int(agrees(table, AGREE_LEVEL, AGREE_WIDEN).sum())
+    n_theory = int((table.theory.notnull() & (table.n_traj > 0)).sum())
+    lines = [
+        "## P(antipodal) per grid cell", "",
+        "p_antipodal = n_antipodal / N, N = finite trajectories with a class (unresolved ones count "
+        "as not antipodal; their fraction is in the `unresolved` column). z = (p - theory) / "
+        "sqrt(theory (1 - theory) / N), left blank where the theory is missing, 0 or 1.", "",
+        markdown_table(table, level), "",
+        f"**Agreement**: {n_agree} of {n_theory} cells with a closed form and data agree: the theory lies in "
+        f"the {AGREE_LEVEL:.0%} Wilson interval widened by {AGREE_WIDEN} on each side. The widening "
+        "allows for the documented O(h) step-size bias of the discrete model against the limit SDE "
+        "(docs/models.md section 4), and near beta_c for the slow convergence at finite T.", "",
+        "## Chi-square summary", "",
+        f"sum z^2 = {chi['chi2']:.2f} over {chi['dof']} cells (dof = {chi['dof']}), "
+        f"p-value = {fmt(chi['p_value'], 3)}.", "",
+        "## Figures", "", "![phase](phase.png)", ""]
+    return Part(lines, figures)
+
+
+def heatmap_section(report: ReportInput) -> Part:
+    """P(antipodal) over (beta, sigma) with the model's thresholds; empty unless both vary."""
+    table = antipodal_table(report.ds, level=report.level)
+    if not all(table.sizes.get(dim, 1) > 1 for dim in ("beta", "sigma")):
+        return Part([], {})
+    figures = {"heatmap": plot_heatmap(table, report.out / "heatmap.png")}
+    return Part(["![heatmap](heatmap.png)", ""], figures)
+
+
+def any_pair_section(report: ReportInput) -> Part:
+    """[F26] Figs. 6-7: P(at least one antipodal pair) per cell and its persistence; n > 2 only."""
+    ds, level = report.ds, report.level
+    if "overlap_min" not in ds or "n" not in ds.coords or not (np.asarray(ds["n"]) > 2).any():
+        return Part([], {})
+    table = any_antipodal_table(ds, level=level)
+    figures = plot_any_antipodal(table, report.out / "any_antipodal.png", report.out / "persistence.png")
+    dims = row_order(table.n_traj.isel(t=0, drop=True).dims)
+    table = table.sortby(dims).transpose(*dims, "t")
+    t0, t1 = float(table.t[0]), float(table.t[-1])
+    head = dims + ["N", f"p_any (t = {t1:g})", f"{level:.0%} Wilson", f"p_any (t = {t0:g})",
+                   f"p_persist (from t = {t0:g})", f"p_persist (from t = {t1:g})"]
+    rows = []
+    for idx in np.ndindex(*[table.sizes[d] for d in dims]):
+        cell = table[{d: i for d, i in zip(dims, idx)}]
+        last, first = cell.isel(t=-1), cell.isel(t=0)
+        rows.append([f"{cell[d].values.item():g}" for d in dims] + [
+            str(int(last.n_traj)), fmt(float(last.p_any)),
+            f"[{fmt(float(last.lo))}, {fmt(float(last.hi))}]", fmt(float(first.p_any)),
+            fmt(float(first.p_persist)), fmt(float(last.p_persist))])
+    lines = [
+        "## P(at least one antipodal pair), n > 2", "",
+        f"A trajectory has an antipodal pair at t when overlap_min(t) <= -1 + eps (eps = "
+        f"{table.attrs['eps']:g}). p_persist (from t): the pair is present at t and at every later "
+        "checkpoint. For n = 2 p_any is P(antipodal) of the table above up to the |overlap| condition.", "",
+        rows_table(head, rows), "", "![any antipodal](any_antipodal.png)", ""]
+    if "persistence" in figures:
+        lines += ["![persistence](persistence.png)", ""]
+    return Part(lines, figures)
+
+
+def plot_antipodal_vs_beta(table: xr.Dataset, path) -> str:
+    """P(antipodal) vs beta with Wilson bars, dense theory curves and critical betas; returns path."""
+    table = with_dims(table, ("beta", "d"))
+    attrs = table.attrs
+    theory = closed_form(table, "antipodal_probability")
+    critical = closed_form(table, "critical_beta")
+    panels_ = list(facets(table, ("beta", "d")))
+    fig, axes = subplots(len(panels_), share=True)
+    colours = {d: plt.cm.tab10(i % 10) for i, d in enumerate(table.d.values)}
+    betas = table.beta.values
+    # the dense curve also reaches back to the critical betas, where the transition starts
+    lines_at = {d: critical(d) if critical is not None else np.nan for d in table.d.values}
+    start = min([betas.min()] + [b for b in lines_at.values() if np.isfinite(b) and b >= 0])
+    dense = np.linspace(start, betas.max(), N_DENSE)
+    for ax, (label, sub) in zip(axes, panels_):
+        for d in sub.d.values:
+            cell = sub.sel(d=d).squeeze()  # keep n, sigma as scalar coordinates
+            colour = colours[d]
+            p, lo, hi = (np.ravel(cell[v].values) for v in ("p_antipodal", "lo", "hi"))
+            # clip: at k = 0 or k = N the Wilson bound may differ from p by a rounding error
+            ax.errorbar(np.ravel(cell.beta.values), p, yerr=np.maximum([p - lo, hi - p], 0), fmt="o", ms=4,
+                        capsize=2, color=colour, label=f"d = {d} (simulation)")
+            if theory is None:
+                continue
+            cells = {"beta": dense, "d": np.full(dense.shape, d)}
+            for name in ("n", "sigma"):
+                value = scalar(cell, name, None)
+                if value is not None:
+                    cells[name] = np.full(dense.shape, value)
+            curve = np.asarray(theory(cells), float)
+            if np.isfinite(curve).any():
+                ax.plot(dense, curve, "-", color=colour, lw=1.2, label=f"d = {d} (theory)")
+                if np.isfinite(lines_at[d]):
+                    ax.axvline(float(lines_at[d]), ls="--", lw=1, color=colour)
+        top = min(1.02, max(0.55, float(np.nanmax(sub.hi.values, initial=0.0)) + 0.05))
+        ax.set(xlabel="inverse temperature β (dimensionless)", ylabel="P(antipodal) (probability)",
+               ylim=(-0.01, top), title=label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    level = attrs.get("level", 0.95)
+    what = f"P(antipodal) vs β, Wilson {level:.0%} intervals"
+    if critical is not None:
+        what += "; dashed: β_c(d) = arccosh(d-2)/2"
+    return save(fig, path, figure_title(attrs, what))
+
+
+def plot_heatmap(table: xr.Dataset, path) -> str:
+    """Heatmap of P(antipodal) over (beta, sigma), the model's threshold curves drawn over it."""
+    table = with_dims(table, ("beta", "sigma"))
+    attrs = table.attrs
+    thresholds = closed_form(table, "threshold_curves")
+    panels_ = list(facets(table, ("beta", "sigma")))
+    fig, axes = subplots(len(panels_), width=5.5)
+    betas, sigmas = table.beta.values, table.sigma.values
+    dense = np.linspace(betas.min(), betas.max(), N_DENSE)
+    for ax, (label, sub) in zip(axes, panels_):
+        p = sub.p_antipodal.squeeze(drop=True).transpose("sigma", "beta")
+        mesh = ax.pcolormesh(betas, sigmas, p.values, shading="nearest", vmin=0, vmax=1, cmap="viridis")
+        curves = thresholds(dense) if thresholds is not None else []
+        for name, style, values in curves:
+            ax.plot(dense, values, style, lw=2, label=name)
+        if curves:
+            ax.legend(fontsize=7, loc="upper right", facecolor="0.3", labelcolor="w")
+        ax.set(xlabel="inverse temperature β (dimensionless)", ylabel="noise level σ (dimensionless)",
+               ylim=(sigmas.min(), sigmas.max()), title=label)
+        fig.colorbar(mesh, ax=ax, label="P(antipodal)")
+    return save(fig, path, figure_title(attrs, "P(antipodal) over (β, σ)"))
+
+
+def plot_any_antipodal(table: xr.Dataset, path, persistence_path=None) -> dict:
+    """P(any antipodal pair) vs beta per n at the last checkpoint; persistence over t per n."""
+    attrs = table.attrs
+    last = table.isel(t=-1)
+    facet = list(panels(last.p_any, ("beta", "n")))
+    fig, axes = subplots(len(facet), share=True)
+    for ax, (label, sel) in zip(axes, facet):
+        sub = last.sel(sel)
+        for i, n in enumerate(sub.n.values):
+            cell = sub.sel(n=n)
+            p, lo, hi = cell.p_any.values, cell.lo.values, cell.hi.values
+            ax.errorbar(cell.beta.values, p, yerr=np.maximum([p - lo, hi - p], 0), fmt="o-", ms=4,
+                        capsize=2, color=plt.cm.tab10(i % 10), label=f"n = {n:g}")
+        ax.set(xlabel="inverse temperature β (dimensionless)", ylabel="P(at least one antipodal pair)",
+               ylim=(-0.01, 1.01), title=label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    level = attrs.get("level", 0.95)
+    out = {"any_antipodal": save(fig, path, figure_title(
+        {**attrs, "t": float(last.t)}, f"P(some pair within eps of antipodal), Wilson {level:.0%} intervals"))}
+    if persistence_path is not None and table.sizes["t"] > 1:
+        facet = list(panels(table.p_any.isel(t=0, drop=True), ("beta",)))
+        fig, axes = subplots(len(facet), share=True)
+        betas = table.beta.values
+        shown = betas if betas.size <= 6 else betas[np.linspace(0, betas.size - 1, 6).round().astype(int)]
+        for ax, (label, sel) in zip(axes, facet):
+            for i, beta in enumerate(shown):
+                cell = table.sel(sel).sel(beta=beta)
+                colour = plt.cm.viridis(i / max(1, len(shown) - 1))
+                ax.plot(cell.t.values, cell.p_any.values, "o-", ms=3, color=colour, label=f"β = {beta:g}")
+                ax.plot(cell.t.values, cell.p_persist.values, "--", color=colour)
+            ax.set(xlabel="checkpoint t (dimensionless)", ylabel="probability", ylim=(-0.01, 1.01),
+                   title=label)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, ncol=2)
+        out["persistence"] = save(fig, persistence_path, figure_title(
+            attrs, "P(antipodal pair at t) (solid) and P(present from t to T) (dashed)"))
+    return out

@@ -1,0 +1,88 @@
+"""What every figure of a report shares: the Agg backend, resolution, panel grids, titles, saving.
+
+One panel per combination of the grid axes that are not on the panel's own axes (d, n, ...).
+matplotlib runs on the Agg backend (files only, no display needed).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import xarray as xr  # noqa: E402
+
+__all__ = ["plt", "DPI", "N_DENSE", "figure_title", "subplots", "panels", "facets", "with_dims",
+           "scalar", "save"]
+
+DPI = 150
+N_DENSE = 200  # points of a closed-form curve drawn between grid values
+
+
+def figure_title(attrs: dict, what: str) -> str:
+    """'what' followed by model, attention, checkpoint, T and h = T / layers when known."""
+    parts = [f"{attrs.get('model', '?')} ({attrs.get('attention', '?')})"]
+    if np.isfinite(attrs.get("t", np.nan)):
+        parts.append(f"t = {attrs['t']:g}")
+    if "T" in attrs:
+        parts.append(f"T = {float(attrs['T']):g}")
+        if attrs.get("layers"):
+            parts.append(f"h = {float(attrs['T']) / float(attrs['layers']):.3g}")
+    return f"{what}\n" + ", ".join(parts)
+
+
+def subplots(n_panels: int, width=6.0, height=4.2, share=False):
+    """A grid of at most 3 columns holding n_panels axes (the spare ones hidden); (fig, axes)."""
+    ncols = min(3, n_panels)
+    nrows = int(np.ceil(n_panels / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False,
+                             sharex=share, sharey=share)
+    for ax in axes.ravel()[n_panels:]:
+        ax.set_visible(False)
+    return fig, axes.ravel()
+
+
+def panels(da: xr.DataArray, fixed):
+    """(label, selection) per combination of the dims of da not in `fixed` (one panel if none)."""
+    others = [d for d in da.dims if d not in fixed]
+    for values in itertools.product(*[da[d].values for d in others]):
+        sel = dict(zip(others, values))
+        yield ", ".join(f"{k} = {v:g}" for k, v in sel.items()), sel
+
+
+def facets(table: xr.Dataset, fixed):
+    """(label, sub-table) per combination of the other grid axes of size > 1."""
+    others = [dim for dim in table.n_traj.dims if dim not in fixed and table.sizes[dim] > 1]
+    for values in itertools.product(*[table[dim].values for dim in others]):
+        sel = dict(zip(others, values))
+        label = ", ".join(f"{k} = {v:g}" for k, v in sel.items())
+        yield label, table.sel(sel)
+
+
+def with_dims(table: xr.Dataset, names) -> xr.Dataset:
+    """Scalar coordinates (a fixed parameter) as length-1 dimensions, so one code path fits."""
+    for name in names:
+        if name not in table.dims:
+            if name not in table.coords:
+                raise ValueError(f"the table has no '{name}' coordinate (coords: {sorted(table.coords)}); "
+                                 f"the plot needs '{name}' as a grid axis or a scalar coordinate")
+            table = table.expand_dims(name)
+    return table
+
+
+def scalar(sub: xr.Dataset, name: str, default):
+    """A parameter fixed on this panel: its scalar coordinate, else an attribute, else default."""
+    if name in sub.coords and sub[name].size == 1:
+        return sub[name].values.item()
+    return sub.attrs.get(name, default)
+
+
+def save(fig, path, title) -> str:
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return str(path)
