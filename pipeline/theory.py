@@ -1,6 +1,6 @@
-r"""Closed forms the simulated phase diagrams are checked against (see design/models.md).
+r"""Closed forms the simulated phase diagrams are checked against (derivations in docs/models.md).
 
-Two-token overlap diffusions (models.md sections 4 and 5)
+Two-token overlap diffusions (docs/models.md sections 4 and 5)
 ----------------------------------------------------------
 For two tokens the overlap rho = <x_1, x_2> is a 1-D diffusion on [-1, 1] with drift b and
 variance a.  Everything we need is the ratio 2b/a, written as G(rho) / (1 - rho^2) with G smooth:
@@ -33,7 +33,7 @@ beta d neither overflows nor underflows.
 For independent uniform starts on S^{d-1}, (1 + rho_0) / 2 ~ Beta((d-1)/2, (d-1)/2), and the
 averaged probability is int s' F / int s' with F that CDF.
 
-Deterministic flows (models.md section 2): the equiangular ODEs, the time t* at which they come
+Deterministic flows (docs/models.md section 2): the equiangular ODEs, the time t* at which they come
 within delta of 1, Wendel's hemisphere probability and the causal solutions.
 """
 
@@ -171,7 +171,7 @@ def _probability_uniform_start(parts, d):
 
 
 # --------------------------------------------------------------------------------------------
-# Deep stochastic transformer, two tokens (models.md section 4)
+# Deep stochastic transformer, two tokens (docs/models.md section 4)
 # --------------------------------------------------------------------------------------------
 
 def beta_c(d):
@@ -240,7 +240,7 @@ def _antipodal_probability_scalar(beta: float, d: int) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# Hybrid noise model, two tokens (models.md section 5)
+# Hybrid noise model, two tokens (docs/models.md section 5)
 # --------------------------------------------------------------------------------------------
 
 def _self_weights(beta, attention):
@@ -321,7 +321,7 @@ def hybrid_antipodal_probability(beta, sigma, attention: str = "usa", d: int = 3
 
 
 # --------------------------------------------------------------------------------------------
-# Deterministic flows (models.md section 2)
+# Deterministic flows (docs/models.md section 2)
 # --------------------------------------------------------------------------------------------
 
 def equiangular_rhs(gamma, beta: float, n: int, attention: str = "sa"):
@@ -398,7 +398,8 @@ def t_star(beta, n: int, delta: float = 1e-3, attention: str = "sa"):
 def wendel_probability(n, d):
     """P(n i.i.d. uniform points on S^(d-1) lie in an open hemisphere) (Wendel 1962).
 
-    2^-(n-1) sum_{k=0}^{d-1} C(n-1, k): the sum stops at d - 1 (the seed [RST] prints d).
+    2^-(n-1) sum_{k=0}^{d-1} C(n-1, k): the sum stops at d - 1 ([RST] Remark 4.3 stops one term early,
+    at d - 2; docs/models.md section 2).
 
     >>> float(wendel_probability(3, 3)), float(wendel_probability(4, 2)), float(wendel_probability(5, 3))
     (1.0, 0.5, 0.6875)
