@@ -228,3 +228,60 @@ def api(url: str, path: str, body: dict | None = None, method: str | None = None
             if err.code not in (429, 503) or attempt == 5:
                 raise
             time.sleep(2 ** attempt * 0.5)
+
+
+API_PAGE = 100  # rows per /…/filter call: at most PREFECT_SERVER_API_DEFAULT_LIMIT (200 by default)
+
+
+def _paged(url: str, path: str, body: dict) -> list[dict]:
+    rows, offset = [], 0
+    while True:
+        page = api(url, path, {**body, "limit": API_PAGE, "offset": offset})
+        rows += page
+        if len(page) < API_PAGE:
+            return rows
+        offset += len(page)
+
+
+def flow_runs_of_store(url: str, store) -> list[dict]:
+    """The flow runs on the Prefect server at `url` whose `store` parameter is `store`, oldest first.
+
+    A store path is unique to the test that made it (tmp_path), so unlike a flow-run name (the
+    spec's name, shared by every test of the session that runs the same spec on the same server)
+    it tells a test's own runs from all others. Looks at every run on the server, page by page.
+    """
+    want = os.path.realpath(store)
+    runs = [r for r in _paged(url, "/flow_runs/filter", {"sort": "ID_DESC"})
+            if isinstance((r.get("parameters") or {}).get("store"), str)
+            and os.path.realpath(r["parameters"]["store"]) == want]
+    return sorted(runs, key=lambda r: r["created"])
+
+
+def the_flow_run_of_store(url: str, store) -> dict:
+    """The one flow run of `store` (fails the test if there is none or more than one)."""
+    runs = flow_runs_of_store(url, store)
+    assert len(runs) == 1, f"expected one flow run with store={store}, found {len(runs)}: " + \
+        ", ".join(f"{r['name']} {r['id']} {r['state_type']}" for r in runs)
+    return runs[0]
+
+
+def task_runs_of(url: str, flow_run_id: str) -> list[dict]:
+    """Every task run of the flow run `flow_run_id` (checked: no task run of another flow run)."""
+    runs = _paged(url, "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
+    assert all(r["flow_run_id"] == flow_run_id for r in runs), "the task-run filter was not applied"
+    return runs
+
+
+def wait_for_task_runs(url: str, flow_run_id: str, done, timeout: float = 60.0) -> list[dict]:
+    """The task runs of `flow_run_id` once `done(task_runs)` holds, polled up to `timeout` s.
+
+    Prefect 3 records task-run states from events, a moment after the flow's process has seen
+    them, so right after the command exits the server may still be catching up. On timeout the
+    last answer is returned for the caller's assertions to report.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = task_runs_of(url, flow_run_id)
+        if done(runs) or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.5)

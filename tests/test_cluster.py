@@ -18,20 +18,11 @@ import urllib.request
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import TOKENSWEEP, api, output_cube, reference_cube
+from conftest import TOKENSWEEP, api, output_cube, reference_cube, the_flow_run_of_store, wait_for_task_runs
 
 from tokensweep.pipeline.store import DONE, FAILED, errors_dir, read_status
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def task_runs(url: str, flow_run_id: str) -> list[dict]:
-    return api(url, "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}, "limit": 200})
-
-
-def flow_run_of(url: str, store) -> dict:
-    runs = api(url, "/flow_runs/filter", {"sort": "START_TIME_DESC", "limit": 50})
-    return next(r for r in runs if r["parameters"].get("store") == str(store))
 
 
 def wait_for(check, timeout: float, what: str, every: float = 0.5):
@@ -58,9 +49,16 @@ def test_sweep_on_an_existing_cluster_via_scheduler_file(dask_cluster, prefect_s
     assert attrs["completed_at"] >= attrs["created_at"]
 
     # the workers (started without PREFECT_API_URL) reported to the session's server
-    runs = task_runs(prefect_server, flow_run_of(prefect_server, store)["id"])
+    # (this test's flow run: the only one on the session's server with this test's store)
+    run = the_flow_run_of_store(prefect_server, store)
+    assert run["name"] == "tiny" and run["state_type"] == "COMPLETED", run
+    partitions_completed = lambda runs: sum(  # noqa: E731
+        r["name"].startswith("beta=") and r["state_type"] == "COMPLETED" for r in runs) == 12
+    runs = wait_for_task_runs(prefect_server, run["id"], partitions_completed)
     partitions = [r for r in runs if r["name"].startswith("beta=")]
-    assert len(partitions) == 12 and all(r["state_type"] == "COMPLETED" for r in partitions)
+    assert len(partitions) == 12 and all(r["state_type"] == "COMPLETED" for r in partitions), \
+        [(r["name"], r["state_type"]) for r in runs]
+    assert len({r["name"] for r in partitions}) == 12  # one task run per partition
     assert "beta=2 d=3 n=2 traj=5:10" in {r["name"] for r in partitions}
 
 

@@ -41,6 +41,24 @@ def running(store) -> list[int]:
     return np.flatnonzero((status == PENDING) & ~np.isnan(started)).tolist()
 
 
+def epoch_seconds(t) -> float:
+    """A `started`/`finished` entry (CF-decoded to datetime64, or raw) as seconds since 1970."""
+    t = np.asarray(t)
+    if np.issubdtype(t.dtype, np.datetime64):
+        return float(t.astype("datetime64[ns]").astype("int64")) / 1e9
+    return float(t)
+
+
+def alive(pid: int) -> bool:
+    """Is process `pid` still running (a zombie waiting for its parent to reap it is not)?"""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def start_sweep(spec_path, store, scheduler_file, log_path) -> subprocess.Popen:
     return subprocess.Popen(
         [TOKENSWEEP, "run", str(spec_path), "--store", str(store), "--scheduler-file",
@@ -69,13 +87,47 @@ def test_killed_worker_and_raising_partition_lose_nothing(
     try:
         sweep = start_sweep(write_spec(slow_spec), store, dask_cluster.scheduler_file, log)
         # kill a worker process (SIGKILL, as the OOM killer does) while it computes a partition
-        wait_until(lambda: store.exists() and any(i != 9 for i in running(store)), 120,
-                   "a partition being computed")
+
+        def computing():  # on a worker (nested: pickled by value): (its pid, partition it runs)
+            import os
+            import sys
+
+            for frame in sys._current_frames().values():
+                while frame is not None:
+                    if frame.f_code.co_name == "run_partition" and "index" in frame.f_locals:
+                        return os.getpid(), int(frame.f_locals["index"])
+                    frame = frame.f_back
+            return os.getpid(), None
+
+        def kill_one_mid_partition():
+            """Kill the worker computing a partition other than 9 (started in the store, not done);
+            its index and the kill time once the worker is dead and the partition still not done,
+            None if no worker computes one now or the partition got done before the kill landed."""
+            if not set(running(store)) - {9}:
+                return None
+            # a worker restarting after a kill answers with an error: skipped
+            now = [r for r in client.run(computing, on_error="return").values() if isinstance(r, tuple)]
+            started = running(store)
+            candidates = [(pid, i) for pid, i in now if i is not None and i != 9 and i in started]
+            if not candidates:
+                return None
+            pid, index = candidates[0]
+            killed_at = time.time()
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: not alive(pid), 30, f"worker process {pid} to die")
+            return None if read_partition_table(store, "status")[index] == DONE else (index, killed_at)
+
+        killed = []  # (partition, time of the kill)
+
+        def killed_one() -> bool:
+            victim = kill_one_mid_partition()
+            killed.extend([victim] if victim else [])
+            return victim is not None
+
         with dask_cluster.client() as client:
-            busy = [w for w, keys in client.processing().items() if keys]
-            pid = client.run(os.getpid, workers=busy[:1])[busy[0]]
-        victims = running(store)
-        os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: store.exists() and killed_one(), 120,
+                       "a partition being computed, to kill its worker mid-partition")
+        victim, killed_at = killed[0]
         assert sweep.wait(timeout=240) == 1, log.read_text()
     finally:
         dask_cluster.fail_file.unlink(missing_ok=True)
@@ -86,7 +138,10 @@ def test_killed_worker_and_raising_partition_lose_nothing(
     assert "12 partitions: 11 done, 0 pending, 1 failed" in status.stdout, status.stdout
     assert (f"failed: partition 9 (beta=2 d=3 n=2 traj=9:12) on {socket.gethostname()}: "
             "RuntimeError: injected failure in partition 9") in status.stdout
-    assert all(read_partition_table(store, "status")[i] == DONE for i in victims if i != 9)
+    # the partition killed mid-way was not lost: computed again from its start, after the kill
+    assert read_partition_table(store, "status")[victim] == DONE
+    started, finished = (epoch_seconds(read_partition_table(store, name)[victim]) for name in ("started", "finished"))
+    assert killed_at < started < finished, (victim, killed_at, started, finished)
 
     k = not_done(store)
     rerun = cli("rerun", store, "--scheduler-file", dask_cluster.scheduler_file, "--no-progress")
