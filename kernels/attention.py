@@ -1,6 +1,6 @@
 """Self-attention of tokens on the sphere with Q = K = V = I, and the exact Gaussian noise factor.
 
-Attention (models.md section 1), inverse temperature beta, logits S_ij = beta <x_i, x_j>:
+Attention (docs/models.md section 1), inverse temperature beta, logits S_ij = beta <x_i, x_j>:
 
     SA:        A_i = sum_j softmax_j(S_ij) x_j
     USA:       A_i = (1/n) sum_j exp(S_ij) x_j
@@ -17,7 +17,7 @@ underflows to NaN. The update rules only use A_i inside a normalisation N(x + a 
 c > 0 N(x + a e^c u) = N(e^-c x + a u): the kernels apply the scale on whichever side keeps it <= 1
 (`scaled_step`).
 
-Gaussian value matrices (models.md section 4): with V of i.i.d. N(0, s^2) entries and
+Gaussian value matrices (docs/models.md section 4): with V of i.i.d. N(0, s^2) entries and
 A = [a_1 ... a_n] (d x n), the rows of V A are i.i.d. N(0, s^2 G), G = A^T A. Any R with R^T R = G
 gives V A =_d s W^T R for W an (r, d) standard normal array. `householder_r` computes R
 (r x n, r = min(n, d), upper trapezoidal) by Householder QR of the d x n matrix A, with LAPACK's
@@ -31,6 +31,8 @@ Array conventions: tokens are rows, x (n, d); the attention output Ahat is (n, d
 
 import numpy as np
 from numba import njit
+
+from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 
 SA = 0
 USA = 1
@@ -152,7 +154,7 @@ def literal_values(buf, off, ahat, s, out):
 def normalize_rows(x):
     """x_i <- x_i / |x_i| in place for x (n, d); False if a row is non-finite or zero."""
     for i in range(x.shape[0]):
-        if not _normalize_row(x, i):
+        if not normalize_row(x, i):
             return False
     return True
 
@@ -169,7 +171,7 @@ def uniform_start(rng, x):
 
 
 @njit(nogil=True, cache=True)
-def _normalize_row(x, i):
+def normalize_row(x, i):
     """x_i <- x_i / |x_i|; False if x_i is non-finite or zero. Rescales only if |x_i|^2 over/underflows."""
     d = x.shape[1]
     norm2 = 0.0
@@ -212,6 +214,6 @@ def scaled_step(x, coef, logscale, direction):
             fa = coef * np.exp(c)
         for k in range(d):
             x[i, k] = fx * x[i, k] + fa * direction[i, k]
-        if not _normalize_row(x, i):
+        if not normalize_row(x, i):
             return False
     return True

@@ -7,6 +7,10 @@ sweep would silently mix two versions of the dynamics (seen: a cube that differe
 of the same spec by 1e-7). So the cache lives in a folder named after a digest of every kernel
 source: any edit selects a fresh folder. The folder sits under NUMBA_CACHE_DIR when set (e.g.
 node-local on a cluster), else under ~/.cache/tokensweep.
+
+Importing this module selects the folder. numba reads it when a function is decorated, so every
+kernel module with @njit(cache=True) functions does `from . import cache` before defining them
+(the package's __init__ imports nothing, so that `vocabulary` can be read without numba).
 """
 
 import hashlib
@@ -31,3 +35,6 @@ def use_versioned_cache_dir() -> str:
     folder = os.path.join(base, f"kernels-{source_digest()}")
     numba.config.CACHE_DIR = folder  # read when each @njit(cache=True) is decorated
     return folder
+
+
+use_versioned_cache_dir()

@@ -25,7 +25,7 @@ before steps period, 2 period, ... Explicitly given matrices are never drawn.
 
 Time-varying bilinear forms [RST]: head h uses P_h(t) = D_h(t) P'_h with P'_h = Q_h^T K_h and
 D_h(t) = diag(amp_hk * cos(omega_hk t + phase_hk)) (absolute value of each entry if `absolute`).
-`TIME_VARYING` holds [RST]'s examples (models.md section 6); "rst_random_frequencies" draws, after
+`TIME_VARYING` (`vocabulary.TIME_VARYING`) holds [RST]'s examples (docs/models.md section 6); "rst_random_frequencies" draws, after
 the matrices and once per trajectory, for each head omega_h (d uniforms on (0, 1)) then phase_h
 (d uniforms on (0, 2 pi)), giving |2 sin(omega t + phi)| in law.
 """
@@ -33,6 +33,8 @@ the matrices and once per trajectory, for each head omega_h (d uniforms on (0, 1
 import numpy as np
 from numba import njit
 
+from tokensweep.kernels import cache  # noqa: F401  (numba's cache folder, before any decoration)
+from tokensweep.kernels import vocabulary
 from tokensweep.kernels.attention import normalize_rows
 
 # matrix ensemble codes (FIXED: use the given matrix; QK: V = Q^T K)
@@ -43,14 +45,15 @@ WIGNER = 3
 WISHART = 4
 QK = 5
 ENSEMBLE_CODES = {"ginibre": GINIBRE, "goe": GOE, "wigner": WIGNER, "wishart": WISHART}
-QK_ENSEMBLES = ("identity", "ginibre", "goe", "wigner", "wishart")
-VALUE_ENSEMBLES = ("identity", "minus_identity", "ginibre", "goe", "wigner", "wishart", "qk")
+QK_ENSEMBLES = vocabulary.QK_ENSEMBLES
+VALUE_ENSEMBLES = vocabulary.VALUE_ENSEMBLES
 
 # start codes
 UNIFORM_SPHERE = 0
 HEMISPHERE = 1
 EQUIANGULAR = 2
-INIT_CODES = {"uniform_sphere": UNIFORM_SPHERE, "hemisphere": HEMISPHERE, "equiangular": EQUIANGULAR}
+INIT_CODES = dict(zip(vocabulary.SPHERE_FLOW_INITS, (UNIFORM_SPHERE, HEMISPHERE, EQUIANGULAR)))
+TIME_VARYING = vocabulary.TIME_VARYING
 
 
 @njit(nogil=True, cache=True)
@@ -169,31 +172,6 @@ def draw_frequencies(rng, omega, phase):
             omega[h, k] = rng.random()
         for k in range(d):
             phase[h, k] = 2.0 * np.pi * rng.random()
-
-
-_P1 = [[0.0805, -0.1929, 0.1991], [-0.2312, 0.3131, -0.2335], [0.1788, -0.1732, -0.1594]]
-_P2 = [[-0.3067, 0.0349, 0.1107], [0.0572, -0.0557, 0.1343], [0.1375, 0.1083, 0.1018]]
-_PC = [[0.3598, 0.4150, 0.1319], [0.0971, -0.0668, -0.2046], [0.1548, -0.2102, 0.1220]]
-_UC = [[-0.2590, 0.4965, 0.5609], [0.4965, -0.7174, -0.5003], [0.5609, -0.5003, -0.0247]]
-_PI = np.pi
-# D = 2 diag(cos 10 pi t, sin 10 pi t, cos 6 pi t) and 2 diag(cos 6 pi t, sin 6 pi t, cos 4 pi t),
-# with sin x = cos(x - pi/2)
-_D1 = ([2.0, 2.0, 2.0], [10 * _PI, 10 * _PI, 6 * _PI], [0.0, -_PI / 2, 0.0])
-_D2 = ([2.0, 2.0, 2.0], [6 * _PI, 6 * _PI, 4 * _PI], [0.0, -_PI / 2, 0.0])
-
-TIME_VARYING = {
-    # [RST] full attention, two heads, U = I, d = 3 (run with init="hemisphere", attention="sa")
-    "rst_two_head_hemisphere": dict(
-        heads=2, d=3, P=[_P1, _P2], V=None, schedule=[_D1, _D2], absolute=False, random=False
-    ),
-    # [RST] causal, one head, d = 3, value U with eigenvalues 0.439, -0.022, -1.419
-    "rst_causal": dict(heads=1, d=3, P=[_PC], V=[_UC], schedule=[_D1], absolute=False, random=False),
-    # [RST] causal, (D)_kk = |2 sin(omega t + phi)|, omega ~ U(0, 1), phi ~ U(0, 2 pi) per trajectory;
-    # P' and V come from qk / value / matrices (default identity)
-    "rst_random_frequencies": dict(
-        heads=None, d=None, P=None, V=None, schedule=None, absolute=True, random=True
-    ),
-}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Unnormalised attention dynamics of tokens in R^d [GLPR-E] (models.md section 3).
+"""Unnormalised attention dynamics of tokens in R^d [GLPR-E] (docs/models.md section 3).
 
 Tokens x_1..x_n in R^d (no normalisation), value, query and key matrices V, Q, K (d x d), inverse
 temperature beta:
@@ -28,39 +28,34 @@ C order, one call per trajectory):
     "gaussian":       box * rng.standard_normal((n, d))       (i.i.d. N(0, box^2) coordinates)
     "uniform_sphere": g = rng.standard_normal((n, d)), rows scaled to norm box (d = 1: +-box).
 
-Outcomes (`OUTPUTS`), ntraj first, `t` second for per-checkpoint ones:
+Outcomes (`OUTPUTS`, declared in `vocabulary`), ntraj first, `t` second for per-checkpoint ones,
+filled into one record of arrays (`outcomes.allocate_outputs`, z_final doubling as the state):
     n_clusters  components of the graph on tokens with an edge where |z_i - z_j| <= eps * r0,
                 r0 = max_i |z_i(0) - mean_j z_j(0)| the trajectory's initial radius (1 if r0 = 0);
                 z, not x, is the natural frame: for V = I the z_i converge to polytope vertices.
     spread      max_i |x_i(t)|, x = e^{tV} z (for V = -I it decays like t^{-1/2}: compare
                 sqrt(t) * spread).
-    nonfinite   the state became non-finite; that trajectory is frozen, its later checkpoints get
-                n_clusters 0 and spread NaN, its z_final and P_final are NaN. Never raises.
+    nonfinite   the state became non-finite; that trajectory is frozen, its later checkpoints keep
+                the missing values n_clusters 0 and spread NaN, its z_final and P_final are NaN.
+                Never raises.
     z_final     z(T), (ntraj, n, d).   P_final   P(T), (ntraj, n, n): O(n^2) per trajectory.
 """
 
 import numpy as np
 from numba import njit
 
-from .outcomes import OutputSpec, union
+from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from . import vocabulary
+from .outcomes import allocate_outputs, record_class, union
 
 EULER = 0
 RK4 = 1
-INTEGRATOR_CODES = {"euler": EULER, "rk4": RK4}
-INIT_KINDS = ("box", "gaussian", "uniform_sphere")
+INTEGRATOR_CODES = dict(zip(vocabulary.EUCLIDEAN_INTEGRATORS, (EULER, RK4)))
+INIT_KINDS = vocabulary.EUCLIDEAN_INITS
 
-OUTPUTS = {
-    "n_clusters": OutputSpec(
-        True, "int16", "number of clusters of z (components of |z_i - z_j| <= eps * r0)", "1"
-    ),
-    "spread": OutputSpec(True, "float64", "largest token norm max_i |x_i|", "1"),
-    "nonfinite": OutputSpec(False, "bool", "state became non-finite; integration stopped", "1"),
-    "z_final": OutputSpec(False, "float64", "rescaled tokens z = exp(-TV) x at time T", "1"),
-    "P_final": OutputSpec(False, "float64", "attention matrix P at time T", "1"),
-}
-# trailing dimensions of the outputs that are more than (ntraj,) or (ntraj, t); the store builder
-# needs them (OutputSpec itself has no field for them)
-EXTRA_DIMS = {"z_final": ("token", "coord"), "P_final": ("token", "token_j")}
+OUTPUTS = vocabulary.EUCLIDEAN_FLOW_OUTPUTS
+EXTRA_DIMS = vocabulary.EUCLIDEAN_EXTRA_DIMS  # trailing dimensions of z_final, P_final
+EuclideanFlowOutcomes = record_class("EuclideanFlowOutcomes", OUTPUTS, __name__)
 
 _TAYLOR_DEGREE = 18
 
@@ -244,10 +239,11 @@ def initial_radius(z):
 
 
 @njit(nogil=True, cache=True)
-def _record(z, e, thr, c, n_clusters, spread):
-    """Checkpoint c of one trajectory: n_clusters of z, spread = max_i |e z_i|."""
+def record(z, e, thr, out, r, c):
+    """Checkpoint c of trajectory r with state z (n, d), into the record out: n_clusters of z,
+    spread = max_i |e z_i|."""
     n, d = z.shape
-    n_clusters[c] = count_clusters_dist(z, thr)
+    out.n_clusters[r, c] = count_clusters_dist(z, thr)
     s2 = 0.0
     for i in range(n):
         acc = 0.0
@@ -257,27 +253,25 @@ def _record(z, e, thr, c, n_clusters, spread):
                 xa += e[a, b] * z[i, b]
             acc += xa * xa
         s2 = max(s2, acc)
-    spread[c] = np.sqrt(s2)
+    out.spread[r, c] = np.sqrt(s2)
 
 
 @njit(nogil=True, cache=True)
-def integrate_block(z, t0, v, q, k, beta, h, checkpoints, scheme, thr,
-                    n_clusters, spread, nonfinite, p_final):
+def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
     """Integrate a block of trajectories of the z system in place, from time t0.
 
-    z: (ntraj, n, d) state at t0 on entry, at t0 + h * checkpoints[-1] on exit (NaN where
-    nonfinite). t0, beta, h: float. v, q, k: (d, d). checkpoints: (nt,) int64 sorted step counts
-    (0 = the entry state), last = number of steps. scheme: EULER or RK4.
-    thr: (ntraj,) absolute cluster thresholds (the wrapper passes eps * initial_radius).
-    Outputs: n_clusters (ntraj, nt) int16; spread (ntraj, nt) float64; nonfinite (ntraj,) bool;
-    p_final (ntraj, n, n) float64.
+    out: `EuclideanFlowOutcomes` from `allocate_outputs`. Its z_final (ntraj, n, d) is the state:
+    at t0 on entry, at t0 + h * checkpoints[-1] on exit (NaN where nonfinite). t0, beta, h: float.
+    v, q, k: (d, d). checkpoints: (nt,) int64 sorted step counts (0 = the entry state), last =
+    number of steps. scheme: EULER or RK4. thr: (ntraj,) absolute cluster thresholds (the wrapper
+    passes eps * initial_radius). Fills n_clusters, spread, nonfinite (read too: allocated False)
+    and P_final.
     Steps run outer and trajectories inner, so e^{tV} is computed once per time for the block.
     """
+    z, nonfinite, p_final = out.z_final, out.nonfinite, out.P_final
     ntraj, n, d = z.shape
     layers = checkpoints[-1]
     nt = checkpoints.shape[0]
-    for r in range(ntraj):
-        nonfinite[r] = False
     e0 = np.empty((d, d))
     qe0 = np.empty((d, d))
     ke0 = np.empty((d, d))
@@ -301,7 +295,7 @@ def integrate_block(z, t0, v, q, k, beta, h, checkpoints, scheme, thr,
     c = 0
     if checkpoints[0] == 0:
         for r in range(ntraj):
-            _record(z[r], e0, thr[r], 0, n_clusters[r], spread[r])
+            record(z[r], e0, thr[r], out, r, 0)
         c = 1
     for step in range(layers):
         propagators(t0 + (step + 1) * h, v, q, k, e1, qe1, ke1)
@@ -333,16 +327,13 @@ def integrate_block(z, t0, v, q, k, beta, h, checkpoints, scheme, thr,
                     for a in range(d):
                         zr[i, a] += h / 6.0 * (k1[i, a] + 2.0 * k2[i, a] + 2.0 * k3[i, a]
                                                + k4[i, a])
-            if not _all_finite(zr):
+            if not _all_finite(zr):  # checkpoints c.. keep their missing values
                 nonfinite[r] = True
                 zr[:, :] = np.nan
-                for cc in range(c, nt):
-                    n_clusters[r, cc] = 0
-                    spread[r, cc] = np.nan
         if checkpoints[c] == step + 1:
             for r in range(ntraj):
                 if not nonfinite[r]:
-                    _record(z[r], e1, thr[r], c, n_clusters[r], spread[r])
+                    record(z[r], e1, thr[r], out, r, c)
             c += 1
         e0[:, :] = e1
         qe0[:, :] = qe1
@@ -350,15 +341,14 @@ def integrate_block(z, t0, v, q, k, beta, h, checkpoints, scheme, thr,
     # P(T) from z(T); a non-finite P (e.g. e^{TV} overflowed) also marks the trajectory
     for r in range(ntraj):
         if nonfinite[r]:
-            p_final[r] = np.nan
-            continue
+            continue  # P_final keeps its missing NaN
         attention_matrix(z[r], qe0, ke0, beta, qz, kz, p_final[r])
         if not _all_finite(p_final[r]):
             nonfinite[r] = True
             p_final[r] = np.nan
             z[r] = np.nan
-            n_clusters[r, nt - 1] = 0
-            spread[r, nt - 1] = np.nan
+            out.n_clusters[r, nt - 1] = 0  # the missing values, over the last checkpoint
+            out.spread[r, nt - 1] = np.nan
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,19 +431,12 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
 
     rngs = list(rngs)
     ntraj = len(rngs)
-    z = np.empty((ntraj, n, d))
+    out = allocate_outputs(ntraj, ckpt.size, EuclideanFlowOutcomes,
+                           shapes={"z_final": (n, d), "P_final": (n, n)})
+    z = out.z_final  # the state, integrated in place
     for r, rng in enumerate(rngs):
         z[r] = draw_start(rng, init, n, d, float(box))
-    nt = ckpt.size
-    out = {
-        "n_clusters": np.empty((ntraj, nt), dtype=np.int16),
-        "spread": np.empty((ntraj, nt)),
-        "nonfinite": np.empty(ntraj, dtype=np.bool_),
-        "P_final": np.empty((ntraj, n, n)),
-    }
     thr = np.array([eps * initial_radius(z[r]) for r in range(ntraj)])
-    integrate_block(z, 0.0, V, Q, K, float(beta), float(T) / int(layers), ckpt,
-                    INTEGRATOR_CODES[integrator], thr, out["n_clusters"], out["spread"],
-                    out["nonfinite"], out["P_final"])
-    out["z_final"] = z
-    return {name: out[name] for name in OUTPUTS}
+    integrate_block(out, 0.0, V, Q, K, float(beta), float(T) / int(layers), ckpt,
+                    INTEGRATOR_CODES[integrator], thr)
+    return out._asdict()

@@ -1,4 +1,4 @@
-"""Hybrid noise model [F26, Prop. 1] (models.md section 5): attention flow with a scalar noise.
+"""Hybrid noise model [F26, Prop. 1] (docs/models.md section 5): attention flow with a scalar noise.
 
 Discrete model, L = layers, h = T / L, k = 0..L-1:
 
@@ -16,32 +16,35 @@ Random stream of one trajectory (one numpy Generator each, `standard_normal`):
      and the outputs do not depend on the batch size).
 
 The scalar noise moves every token along its own attention direction, so the dynamics is
-permutation-equivariant pathwise (non-causal attention). Outputs: `outcomes.OUTPUTS`.
+permutation-equivariant pathwise (non-causal attention). Outputs: `outcomes.OUTPUTS`, one record
+for all trajectories (`outcomes`).
 """
 
 import numpy as np
 from numba import njit
 
+from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from . import vocabulary
 from .attention import ATTENTION_CODES, attention, normalize_rows, scaled_step, uniform_start
-from .outcomes import OUTPUTS, allocate_outputs, check_common_arguments, fill_nonfinite, hit_time
+from .outcomes import OUTPUTS, allocate_outputs, check_common_arguments, finish_trajectory
 from .outcomes import record_checkpoint
 
-ATTENTIONS = ("sa", "usa", "causal_sa")
+ATTENTIONS = vocabulary.HYBRID_ATTENTIONS
 DEFAULT_DRAW_BATCH = 1024  # layers per buffered draw
 
 __all__ = ["ATTENTIONS", "OUTPUTS", "simulate_hybrid", "simulate_hybrid_states"]
 
 
 @njit(nogil=True, cache=True)
-def _trajectory(rng, x, draw_start, beta, att, sigma, h, layers, ckpt, eps, batch,
-                omin, omax, cls, ncl, states):
-    """Integrate one trajectory and fill its outcome rows; return (nonfinite, t_hit).
+def _trajectory(rng, x, draw_start, beta, att, sigma, h, layers, ckpt, times, eps, batch,
+                out, r, states):
+    """Integrate trajectory r and fill its entries of the outputs record out.
 
-    Shapes as in stochastic._trajectory: x (n, d); ckpt (nt,) int64; omin, omax (nt,) float64;
-    cls (nt,) int8; ncl (nt,) int16; states (nt, n, d) or (0, n, d) to skip them.
+    As stochastic._trajectory: x (n, d); ckpt (nt,) int64, times (nt,); out `SphereOutcomes`;
+    states (ntraj, nt, n, d) NaN-filled, or (ntraj, 0, n, d) to skip them.
     """
     n, d = x.shape
-    keep = states.shape[0] > 0
+    keep = states.shape[1] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
     ahat = np.empty((n, d))
     logscale = np.empty(n)
@@ -61,16 +64,11 @@ def _trajectory(rng, x, draw_start, beta, att, sigma, h, layers, ckpt, eps, batc
         ok = scaled_step(x, h + sigma * sqrt_h * buf[pos], logscale, ahat)
         pos += 1
         if ok and layer + 1 == ckpt[c]:
-            record_checkpoint(x, eps, g_work, c, omin, omax, cls, ncl)
+            record_checkpoint(x, eps, g_work, out, r, c)
             if keep:
-                states[c] = x
+                states[r, c] = x
             c += 1
-    if not ok:
-        fill_nonfinite(c, omin, omax, cls, ncl)
-        if keep:
-            states[c:] = np.nan
-        return True, np.nan
-    return False, hit_time(cls, h * ckpt.astype(np.float64))
+    finish_trajectory(out, r, ok, times)
 
 
 def _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, draw_batch, x0,
@@ -89,16 +87,14 @@ def _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, 
         if x0.shape != (ntraj, n, d):
             raise ValueError(f"x0 has shape {x0.shape}, expected (ntraj, n, d) = {(ntraj, n, d)}")
     out = allocate_outputs(ntraj, nt)
-    states = np.empty((ntraj, nt if keep_states else 0, n, d))
+    states = np.full((ntraj, nt if keep_states else 0, n, d), np.nan)
     h = float(T) / layers
-    for t, rng in enumerate(rngs):
-        x = np.empty((n, d)) if x0 is None else x0[t].copy()
-        out["nonfinite"][t], out["t_hit"][t] = _trajectory(
-            rng, x, x0 is None, float(beta), ATTENTION_CODES[attention], float(sigma), h, layers,
-            ckpt, float(eps), batch, out["overlap_min"][t], out["overlap_max"][t],
-            out["cluster_class"][t], out["n_clusters"][t], states[t],
-        )
-    return out, states
+    times = h * ckpt.astype(np.float64)
+    for r, rng in enumerate(rngs):
+        x = np.empty((n, d)) if x0 is None else x0[r].copy()
+        _trajectory(rng, x, x0 is None, float(beta), ATTENTION_CODES[attention], float(sigma), h,
+                    layers, ckpt, times, float(eps), batch, out, r, states)
+    return out._asdict(), states
 
 
 def simulate_hybrid(rngs, *, n, d, beta, sigma, T, layers, checkpoint_layers, attention="sa",

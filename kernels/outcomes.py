@@ -5,7 +5,7 @@ threshold eps (0 < eps < 1):
 
 - overlap_min / overlap_max: min / max of G_ij over pairs i < j (both 1.0 when n = 1);
 - cluster_class: 1 single cluster if every G_ij >= 1 - eps; 2 antipodal if every |G_ij| >= 1 - eps
-  and at least one G_ij <= -1 + eps; 0 unresolved otherwise (models.md section 4);
+  and at least one G_ij <= -1 + eps; 0 unresolved otherwise (docs/models.md section 4);
 - n_clusters: connected components of the graph on tokens with an edge where G_ij >= 1 - eps
   (union-find), so a chain of near neighbours counts as one cluster.
 
@@ -13,64 +13,53 @@ Per trajectory, t_hit is the time of the first checkpoint from which cluster_cla
 to the last checkpoint; NaN when the final class is 0 (unresolved). A trajectory whose state became
 non-finite has NaN overlaps, class 0 and n_clusters 0 from the failing checkpoint on.
 
-`OUTPUTS` describes every array the model entry points return (ntraj first, then `t` for
-per-checkpoint outputs); the store builder turns it into the zarr template.
+`OUTPUTS` (`vocabulary.SPHERE_OUTCOMES`) describes every array the sphere models return (ntraj
+first, then `t` for per-checkpoint outputs); the store builder turns it into the zarr template.
+
+A kernel receives its outputs as one record, a namedtuple of the arrays (`record_class`), and
+writes trajectory r's entries, e.g. out.overlap_min[r, c]. `allocate_outputs` fills every array
+with its spec's `missing` value, so a trajectory that fails keeps NaN overlaps, class 0 and
+n_clusters 0 at the checkpoints it never reached without the kernel writing them. Adding a
+per-checkpoint outcome: declare it in `vocabulary`, write it in the record function
+(`record_checkpoint`, or the model's own that calls it).
 """
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 import numpy as np
 from numba import njit
 
-UNRESOLVED = 0
-SINGLE_CLUSTER = 1
-ANTIPODAL = 2
+from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from .vocabulary import ANTIPODAL, SINGLE_CLUSTER, SPHERE_OUTCOMES, UNRESOLVED, OutputSpec
+
+__all__ = ["ANTIPODAL", "OUTPUTS", "OutputSpec", "SINGLE_CLUSTER", "SphereOutcomes", "UNRESOLVED"]
+
+OUTPUTS = SPHERE_OUTCOMES
 
 
-@dataclass(frozen=True)
-class OutputSpec:
-    """One returned array: shape (ntraj, nt) if per_checkpoint else (ntraj,), with CF attributes."""
+def record_class(name, outputs, module):
+    """A namedtuple class with one field per output (in order), its specs in `.specs`.
 
-    per_checkpoint: bool
-    dtype: str
-    long_name: str
-    units: str
-    flag_values: tuple = None
-    flag_meanings: str = None
-
-    def attrs(self):
-        """CF attributes for the store variable."""
-        out = {"long_name": self.long_name, "units": self.units}
-        if self.flag_values is not None:
-            out["flag_values"] = list(self.flag_values)
-            out["flag_meanings"] = self.flag_meanings
-        return out
+    Assign it to `name` at the top level of `module`: numba's cache refers to the class by its
+    module and name.
+    """
+    cls = namedtuple(name, tuple(outputs), module=module)
+    cls.specs = dict(outputs)
+    return cls
 
 
-OUTPUTS = {
-    "overlap_min": OutputSpec(True, "float64", "minimum pairwise overlap <x_i, x_j> over i < j", "1"),
-    "overlap_max": OutputSpec(True, "float64", "maximum pairwise overlap <x_i, x_j> over i < j", "1"),
-    "cluster_class": OutputSpec(
-        True, "int8", "cluster configuration class", "1",
-        flag_values=(UNRESOLVED, SINGLE_CLUSTER, ANTIPODAL),
-        flag_meanings="unresolved single_cluster antipodal",
-    ),
-    "n_clusters": OutputSpec(
-        True, "int16", "number of clusters (components of the graph overlap >= 1 - eps)", "1"
-    ),
-    "t_hit": OutputSpec(
-        False, "float64", "time of the first checkpoint from which cluster_class stays constant", "1"
-    ),
-    "nonfinite": OutputSpec(False, "bool", "state became non-finite; integration stopped", "1"),
-}
+SphereOutcomes = record_class("SphereOutcomes", OUTPUTS, __name__)
 
 
-def allocate_outputs(ntraj, nt, outputs=OUTPUTS):
-    """Uninitialised arrays for `outputs`: (ntraj, nt) per checkpoint, (ntraj,) otherwise."""
-    return {
-        name: np.empty((ntraj, nt) if spec.per_checkpoint else (ntraj,), dtype=spec.dtype)
-        for name, spec in outputs.items()
-    }
+def allocate_outputs(ntraj, nt, record=SphereOutcomes, shapes=None):
+    """A `record` of arrays, each filled with its spec's missing value: (ntraj, nt) per checkpoint,
+    else (ntraj,) + shapes.get(name, ()) (trailing dimensions, e.g. a final state)."""
+    shapes = shapes or {}
+    return record(*(
+        np.full((ntraj, nt) if spec.per_checkpoint else (ntraj, *shapes.get(name, ())),
+                spec.missing, dtype=spec.dtype)
+        for name, spec in record.specs.items()
+    ))
 
 
 @njit(nogil=True, cache=True)
@@ -148,27 +137,18 @@ def count_clusters(g, eps):
 
 
 @njit(nogil=True, cache=True)
-def record_checkpoint(x, eps, g_work, c, omin, omax, cls, ncl):
-    """Write checkpoint c of one trajectory from its state x (n, d).
+def record_checkpoint(x, eps, g_work, out, r, c):
+    """Write checkpoint c of trajectory r from its state x (n, d) into the record out.
 
-    g_work: (n, n) scratch. omin, omax: (nt,) float64; cls: (nt,) int8; ncl: (nt,) int16.
+    g_work: (n, n) scratch, left holding the overlaps (callers reuse them). out: any record with
+    the per-checkpoint fields of OUTPUTS, (ntraj, nt) arrays.
     """
     gram(x, g_work)
     lo, hi, lo_abs = overlap_extremes(g_work)
-    omin[c] = lo
-    omax[c] = hi
-    cls[c] = classify(lo, lo_abs, eps)
-    ncl[c] = count_clusters(g_work, eps)
-
-
-@njit(nogil=True, cache=True)
-def fill_nonfinite(c0, omin, omax, cls, ncl):
-    """Mark checkpoints c0.. of a trajectory that became non-finite (NaN, class 0, 0 clusters)."""
-    for c in range(c0, omin.shape[0]):
-        omin[c] = np.nan
-        omax[c] = np.nan
-        cls[c] = UNRESOLVED
-        ncl[c] = 0
+    out.overlap_min[r, c] = lo
+    out.overlap_max[r, c] = hi
+    out.cluster_class[r, c] = classify(lo, lo_abs, eps)
+    out.n_clusters[r, c] = count_clusters(g_work, eps)
 
 
 @njit(nogil=True, cache=True)
@@ -182,6 +162,15 @@ def hit_time(cls, times):
     while c > 0 and cls[c - 1] == final:
         c -= 1
     return times[c]
+
+
+@njit(nogil=True, cache=True)
+def finish_trajectory(out, r, ok, times):
+    """Per-trajectory outputs of trajectory r once it stopped: nonfinite, and t_hit (NaN, the
+    missing value, if it failed). times: (nt,) checkpoint times."""
+    out.nonfinite[r] = not ok
+    if ok:
+        out.t_hit[r] = hit_time(out.cluster_class[r], times)
 
 
 def check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, attention, attentions, eps):

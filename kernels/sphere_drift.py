@@ -1,4 +1,4 @@
-"""Drift and one integration step of the sphere attention flows (`sphere_flow`, models.md 1, 2, 6).
+"""Drift and one integration step of the sphere attention flows (`sphere_flow`, docs/models.md sections 1, 2, 6).
 
 State x (n, d), tokens as rows. The drift is evaluated in the transposed layout (xt, at, ft: (d, n))
 with the weight matrix stored key-major, e[j, i] = weight of key j for query i, so that every
@@ -23,6 +23,8 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
+
+from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 
 SA = 0
 USA = 1

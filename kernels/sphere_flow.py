@@ -1,4 +1,4 @@
-"""Deterministic attention flows on the sphere [GLPR-P, RST] (models.md sections 1, 2 and 6).
+"""Deterministic attention flows on the sphere [GLPR-P, RST] (docs/models.md sections 1, 2 and 6).
 
 Tokens x_1..x_n on S^{d-1} move by
 
@@ -27,8 +27,8 @@ Stages are evaluated in the ambient space with the same formula (F(y) = A(y) - <
 |y| = 1 invariant), and only the step's end is normalised. Heun and RK4 form e^{c} fhat explicitly;
 a USA run whose scale overflows is reported as non-finite.
 
-Outcomes at each checkpoint (`OUTPUTS`): the shared ones of `outcomes` (overlap extremes, cluster
-class, cluster count, t_hit, nonfinite) and
+Outcomes at each checkpoint (`OUTPUTS`, declared in `vocabulary`): the shared ones of `outcomes`
+(overlap extremes, cluster class, cluster count, t_hit, nonfinite) and
 - frac_close: fraction of pairs i < j with <x_i, x_j> >= 1 - delta ([GLPR-P] Fig. 3; 1 when n = 1);
 - energy: E_beta = (1/(2 beta n^2)) sum_ij exp(beta <x_i, x_j>), evaluated as exp(shift + log(...)),
   inf only if the value itself exceeds float64; for beta = 0 the limit of E_beta - 1/(2 beta), i.e.
@@ -39,7 +39,8 @@ class, cluster count, t_hit, nonfinite) and
 
 Randomness: per trajectory, from its own Generator: the start, then the matrices, then (for
 "rst_random_frequencies") the schedule, then every `period` steps the matrices again (order in
-`ensembles`). A trajectory that becomes non-finite stops: NaN/0/False from that checkpoint on.
+`ensembles`). A trajectory that becomes non-finite stops: its later checkpoints keep the missing
+values NaN/0/False the output record was allocated with (`outcomes.allocate_outputs`).
 When only the start is random (no matrix ensemble, no random schedule) the starts' normals are drawn
 in Python (`Generator.standard_normal`, the same numbers numba draws) and blocks of trajectories
 are integrated by one call (`trajectories_from_normals`); otherwise one `trajectory` call each.
@@ -48,7 +49,8 @@ are integrated by one call (`trajectories_from_normals`); otherwise one `traject
 import numpy as np
 from numba import njit
 
-from tokensweep.kernels import outcomes
+from tokensweep.kernels import cache  # noqa: F401  (numba's cache folder, before any decoration)
+from tokensweep.kernels import outcomes, vocabulary
 from tokensweep.kernels.ensembles import (
     draw_frequencies,
     draw_start,
@@ -57,7 +59,6 @@ from tokensweep.kernels.ensembles import (
     qk_products,
     shape_start,
 )
-from tokensweep.kernels.outcomes import OutputSpec
 from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift, retract, ...)
     EULER,
     HEUN,
@@ -77,19 +78,11 @@ from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift
     step,
 )
 
-ATTENTIONS = ("sa", "usa", "causal_sa", "causal_usa")
-INTEGRATOR_CODES = {"euler": EULER, "heun": HEUN, "rk4": RK4}
+ATTENTIONS = vocabulary.SPHERE_FLOW_ATTENTIONS
+INTEGRATOR_CODES = dict(zip(vocabulary.SPHERE_FLOW_INTEGRATORS, (EULER, HEUN, RK4)))
 
-OUTPUTS = dict(outcomes.OUTPUTS)
-OUTPUTS["frac_close"] = OutputSpec(
-    True, "float64", "fraction of token pairs i < j with overlap >= 1 - delta", "1"
-)
-OUTPUTS["in_hemisphere"] = OutputSpec(
-    True, "bool", "tokens lie in an open hemisphere (0 not in their convex hull)", "1"
-)
-OUTPUTS["energy"] = OutputSpec(
-    True, "float64", "interaction energy (1/(2 beta n^2)) sum_ij exp(beta <x_i, x_j>)", "1"
-)
+OUTPUTS = vocabulary.SPHERE_FLOW_OUTPUTS
+SphereFlowOutcomes = outcomes.record_class("SphereFlowOutcomes", OUTPUTS, __name__)
 
 
 @njit(nogil=True, cache=True)
@@ -144,20 +137,21 @@ def energy(g, beta):
 
 
 @njit(nogil=True, cache=True)
-def record(x, c, beta, delta, eps, g, omin, omax, cls, ncl, fclose, hemi, en):
-    """All per-checkpoint outcomes of state x (n, d) at checkpoint c; g: (n, n) scratch."""
-    outcomes.record_checkpoint(x, eps, g, c, omin, omax, cls, ncl)
-    fclose[c] = frac_close(g, delta)
-    en[c] = energy(g, beta)
-    hemi[c] = in_open_hemisphere(x, 1e-9)
+def record(x, beta, delta, eps, g, out, r, c):
+    """All per-checkpoint outcomes of trajectory r's state x (n, d) at checkpoint c, into the
+    `SphereFlowOutcomes` record out; g: (n, n) scratch."""
+    outcomes.record_checkpoint(x, eps, g, out, r, c)  # leaves the overlaps in g
+    out.frac_close[r, c] = frac_close(g, delta)
+    out.energy[r, c] = energy(g, beta)
+    out.in_hemisphere[r, c] = in_open_hemisphere(x, 1e-9)
 
 
 @njit(nogil=True, cache=True)
-def _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, par, integrator, period, delta, eps,
-               omin, omax, cls, ncl, fclose, hemi, en, states):
-    """Integrate from the start x (n, d) (ok: the start is valid) and fill the output rows of one
-    trajectory (`trajectory`); returns nonfinite. rng: the trajectory's Generator, for the redraws
-    every `period` steps, or None where nothing is ever redrawn (then q, k are not used)."""
+def _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
+               delta, eps, out, r, states):
+    """Integrate trajectory r from the start x (n, d) (ok: the start is valid) and fill its entries
+    of out and states (`trajectory`). rng: the trajectory's Generator, for the redraws every
+    `period` steps, or None where nothing is ever redrawn (then q, k are not used)."""
     beta = par[0]
     m, v = mats[0], mats[1]
     q_kind, k_kind, v_kind = kinds
@@ -168,7 +162,6 @@ def _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, par, integrator, 
     g = np.empty((n, n))
     redraw = q_kind != 0 or k_kind != 0 or v_kind != 0
     c = 0
-    nt = ckpt.shape[0]
     if ok:
         for s in range(layers):
             if period > 0 and s > 0 and s % period == 0 and redraw:
@@ -178,30 +171,22 @@ def _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, par, integrator, 
                 ok = False
                 break
             if s + 1 == ckpt[c]:
-                record(x, c, beta, delta, eps, g, omin, omax, cls, ncl, fclose, hemi, en)
-                if states.shape[0] > 0:
-                    states[c] = x
+                record(x, beta, delta, eps, g, out, r, c)
+                if states.shape[1] > 0:
+                    states[r, c] = x
                 c += 1
-    if not ok:
-        outcomes.fill_nonfinite(c, omin, omax, cls, ncl)
-        for j in range(c, nt):
-            fclose[j] = np.nan
-            en[j] = np.nan
-            hemi[j] = False
-            if states.shape[0] > 0:
-                states[j] = np.nan
-    return not ok
+    outcomes.finish_trajectory(out, r, ok, times)
 
 
 @njit(nogil=True, cache=True)
 def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, q, k, v,
-               tv, period, delta, eps, omin, omax, cls, ncl, fclose, hemi, en, states):
-    """Integrate one trajectory and fill its output rows; returns nonfinite.
+               tv, period, delta, eps, out, r, states):
+    """Integrate trajectory r and fill its entries of the outputs record out.
 
     kinds: (q_kind, k_kind, v_kind) ensemble codes. q, k, v: (H, d, d) fixed matrices (overwritten
     where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
-    omin, omax, fclose, en: (nt,) float64; cls (nt,) int8; ncl (nt,) int16; hemi (nt,) bool.
-    states: (nt, n, d) output, or (0, n, d) to skip.
+    out: `SphereFlowOutcomes` from `outcomes.allocate_outputs`. states: (ntraj, nt, n, d)
+    NaN-filled, or (ntraj, 0, n, d) to skip.
     """
     amp, omega, phase, random_frequencies = tv
     q_kind, k_kind, v_kind = kinds
@@ -212,27 +197,22 @@ def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, 
     if random_frequencies:
         draw_frequencies(rng, omega, phase)
     mats = (m, v, amp, omega, phase)
-    return _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, par, integrator, period,
-                      delta, eps, omin, omax, cls, ncl, fclose, hemi, en, states)
+    _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
+               delta, eps, out, r, states)
 
 
 @njit(nogil=True, cache=True)
 def trajectories_from_normals(z, r0, init, mats, h, layers, ckpt, times, par, integrator,
-                              delta, eps, omin, omax, cls, ncl, fclose, hemi, en, states,
-                              nonfinite, t_hit):
+                              delta, eps, out, states):
     """Trajectories r0, r0 + 1, ... of a run whose only random draw is the start: z (B, n, d) holds
     each one's n*d standard normals (row-major, as `draw_start` draws them; overwritten).
-    mats: (m, v, amp, omega, phase) fixed. Outputs: the full (ntraj, ...) arrays, rows r0 to
-    r0 + B - 1."""
+    mats: (m, v, amp, omega, phase) fixed. Fills rows r0 to r0 + B - 1 of out and states."""
     kinds = (0, 0, 0)
     for b in range(z.shape[0]):
-        r = r0 + b
         x = z[b]
         ok = shape_start(init, x)
-        nonfinite[r] = _integrate(x, ok, None, kinds, mats[0], mats[0], mats, h, layers, ckpt, par,
-                                  integrator, 0, delta, eps, omin[r], omax[r], cls[r], ncl[r],
-                                  fclose[r], hemi[r], en[r], states[r])
-        t_hit[r] = outcomes.hit_time(cls[r], times)
+        _integrate(x, ok, None, kinds, mats[0], mats[0], mats, h, layers, ckpt, times, par,
+                   integrator, 0, delta, eps, out, r0 + b, states)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,7 +363,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     par = (float(beta), kind, attention.startswith("causal"), qk_identity, v_code, tv_mode, log_scale0)
     nt = ckpt.shape[0]
     ntraj = len(rngs)
-    out = outcomes.allocate_outputs(ntraj, nt, OUTPUTS)
+    out = outcomes.allocate_outputs(ntraj, nt, SphereFlowOutcomes)
     states = np.full((ntraj, nt if return_states else 0, n, d), np.nan)
     times = h * ckpt.astype(np.float64)
     codes = (INTEGRATOR_CODES[integrator], INIT_CODES[init])
@@ -400,24 +380,15 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
             z = np.empty((min(block, ntraj - r0), n, d))
             for b in range(z.shape[0]):
                 next(rng_iter).standard_normal(out=z[b])
-            trajectories_from_normals(
-                z, r0, codes[1], mats, h, layers, ckpt, times, par, codes[0], float(delta),
-                float(eps), out["overlap_min"], out["overlap_max"], out["cluster_class"],
-                out["n_clusters"], out["frac_close"], out["in_hemisphere"], out["energy"], states,
-                out["nonfinite"], out["t_hit"],
-            )
+            trajectories_from_normals(z, r0, codes[1], mats, h, layers, ckpt, times, par,
+                                      codes[0], float(delta), float(eps), out, states)
     else:
         for r, rng in enumerate(rngs):
             tv = (amp.copy(), omega.copy(), phase.copy(), random_freq)
-            nonfinite = trajectory(
-                rng, n, d, h, layers, ckpt, times, par, codes[0], codes[1], kinds, q.copy(),
-                k.copy(), v.copy(), tv, int(period), float(delta), float(eps),
-                out["overlap_min"][r], out["overlap_max"][r], out["cluster_class"][r],
-                out["n_clusters"][r], out["frac_close"][r], out["in_hemisphere"][r],
-                out["energy"][r], states[r],
-            )
-            out["nonfinite"][r] = nonfinite
-            out["t_hit"][r] = outcomes.hit_time(out["cluster_class"][r], times)
+            trajectory(rng, n, d, h, layers, ckpt, times, par, codes[0], codes[1], kinds, q.copy(),
+                       k.copy(), v.copy(), tv, int(period), float(delta), float(eps), out, r,
+                       states)
+    out = out._asdict()
     if return_states:
         out["states"] = states
     return out

@@ -1,4 +1,4 @@
-"""Deep stochastic transformer [F26] (models.md section 4): tokens driven by random value matrices.
+"""Deep stochastic transformer [F26] (docs/models.md section 4): tokens driven by random value matrices.
 
 Discrete model, L = layers, h = T / L, k = 0..L-1:
 
@@ -31,17 +31,19 @@ general path's; `_run` picks it, tests compare the two with `_SPECIALISE` switch
 
 USA carries its scale e^{beta max_j <x_i,x_j>} / n as a log (attention.scaled_step), so beta up to
 1e3 neither overflows nor gives NaN. Outputs: `outcomes.OUTPUTS`, recorded after each layer count in
-checkpoint_layers (checkpoint time h * layer).
+checkpoint_layers (checkpoint time h * layer) into one record for all trajectories (`outcomes`).
 """
 
 import numpy as np
 from numba import njit
 
+from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from . import vocabulary
 from .attention import (
     ATTENTION_CODES,
     CAUSAL_SA,
     USA,
-    _normalize_row,
+    normalize_row,
     attention,
     gaussian_values,
     householder_r,
@@ -50,11 +52,11 @@ from .attention import (
     scaled_step,
     uniform_start,
 )
-from .outcomes import OUTPUTS, allocate_outputs, check_common_arguments, fill_nonfinite, hit_time
+from .outcomes import OUTPUTS, allocate_outputs, check_common_arguments, finish_trajectory
 from .outcomes import record_checkpoint
 
-ATTENTIONS = ("sa", "usa", "causal_sa")
-NOISES = ("gaussian", "literal")
+ATTENTIONS = vocabulary.STOCHASTIC_ATTENTIONS
+NOISES = vocabulary.NOISES
 GAUSSIAN = 0
 LITERAL = 1
 NORMALS_PER_DRAW = 4096  # default buffer size (normals), when draw_batch is not given
@@ -66,24 +68,25 @@ __all__ = [
 
 
 @njit(nogil=True, cache=True)
-def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, eps, batch,
-                omin, omax, cls, ncl, states):
-    """Integrate one trajectory and fill its outcome rows; return (nonfinite, t_hit).
+def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times, eps, batch,
+                out, r, states):
+    """Integrate trajectory r and fill its entries of the outputs record out.
 
     x: (n, d) state; drawn from rng when draw_start, else the given start (normalised here).
-    ckpt: (nt,) int64 layer counts. omin, omax: (nt,) float64; cls: (nt,) int8; ncl: (nt,) int16.
-    states: (nt, n, d) filled with the checkpoint states, or (0, n, d) to skip them.
+    ckpt: (nt,) int64 layer counts; times: (nt,) their times h * ckpt. out: `SphereOutcomes`
+    from `allocate_outputs` (checkpoints not reached keep their missing values).
+    states: (ntraj, nt, n, d) NaN-filled, row r gets the checkpoint states; or (ntraj, 0, n, d).
     batch: layers per buffered draw.
     """
     n, d = x.shape
-    keep = states.shape[0] > 0
+    keep = states.shape[1] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
-    r = min(n, d)
-    per_layer = r * d if noise == GAUSSIAN else d * d
+    rank = min(n, d)  # rows of R
+    per_layer = rank * d if noise == GAUSSIAN else d * d
     ahat = np.empty((n, d))
     direction = np.empty((n, d))
     work = np.empty((n, d))
-    rfac = np.zeros((r, n))
+    rfac = np.zeros((rank, n))
     logscale = np.empty(n)
     logits = np.empty(n)
     g_work = np.empty((n, n))
@@ -106,16 +109,11 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, eps, b
         pos += per_layer
         ok = scaled_step(x, sqrt_h, logscale, direction)
         if ok and layer + 1 == ckpt[c]:
-            record_checkpoint(x, eps, g_work, c, omin, omax, cls, ncl)
+            record_checkpoint(x, eps, g_work, out, r, c)
             if keep:
-                states[c] = x
+                states[r, c] = x
             c += 1
-    if not ok:
-        fill_nonfinite(c, omin, omax, cls, ncl)
-        if keep:
-            states[c:] = np.nan
-        return True, np.nan
-    return False, hit_time(cls, h * ckpt.astype(np.float64))
+    finish_trajectory(out, r, ok, times)
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -153,7 +151,7 @@ def _pair_attention_row(x, d, l0, l1, two, usa, log_n, a):
 @njit(nogil=True, cache=True, inline="always")
 def _pair_step_row(x, i, d, coef, c, f0, f1, buf, off):
     """Row i of `scaled_step` with direction_i = f0 W[0] + f1 W[1] (f1 unused for i = 0), as
-    `gaussian_values` forms it; the normalisation of `_normalize_row`, whose general path is
+    `gaussian_values` forms it; the normalisation of `normalize_row`, whose general path is
     only taken when |y|^2 is 0, inf or NaN. Returns False if the row is non-finite or zero."""
     fx = 1.0
     fa = coef
@@ -173,7 +171,7 @@ def _pair_step_row(x, i, d, coef, c, f0, f1, buf, off):
             x[1, k] = y
             norm2 += y * y
     if not (norm2 > 0.0 and norm2 < np.inf):
-        return _normalize_row(x, i)  # recomputes the same norm2, then rescales or fails
+        return normalize_row(x, i)  # recomputes the same norm2, then rescales or fails
     inv = 1.0 / np.sqrt(norm2)
     for k in range(d):
         x[i, k] *= inv
@@ -181,8 +179,8 @@ def _pair_step_row(x, i, d, coef, c, f0, f1, buf, off):
 
 
 @njit(nogil=True, cache=True)
-def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, eps, batch,
-                     omin, omax, cls, ncl, states):
+def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times, eps, batch,
+                     out, r, states):
     """`_trajectory` for n = 2 tokens and the gaussian noise path (noise is not read).
 
     Same arguments, same random stream, and bit-identical results: the same floating-point
@@ -191,7 +189,7 @@ def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, e
     d-vectors, so no helper calls, scratch copies or zero-filled factors per layer.
     """
     d = x.shape[1]
-    keep = states.shape[0] > 0
+    keep = states.shape[1] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
     per_layer = 2 * d
     a0 = np.empty(d)  # Ahat_0 (column 0 of A; u of the first reflection from index 1 on)
@@ -253,16 +251,11 @@ def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, e
             ok = _pair_step_row(x, 1, d, sqrt_h, c1, s * r01, s * r11, buf, pos)
         pos += per_layer
         if ok and layer + 1 == ckpt[c]:
-            record_checkpoint(x, eps, g_work, c, omin, omax, cls, ncl)
+            record_checkpoint(x, eps, g_work, out, r, c)
             if keep:
-                states[c] = x
+                states[r, c] = x
             c += 1
-    if not ok:
-        fill_nonfinite(c, omin, omax, cls, ncl)
-        if keep:
-            states[c:] = np.nan
-        return True, np.nan
-    return False, hit_time(cls, h * ckpt.astype(np.float64))
+    finish_trajectory(out, r, ok, times)
 
 
 def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
@@ -284,18 +277,16 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
         if x0.shape != (ntraj, n, d):
             raise ValueError(f"x0 has shape {x0.shape}, expected (ntraj, n, d) = {(ntraj, n, d)}")
     out = allocate_outputs(ntraj, nt)
-    states = np.empty((ntraj, nt if keep_states else 0, n, d))
+    states = np.full((ntraj, nt if keep_states else 0, n, d), np.nan)
     h = float(T) / layers
+    times = h * ckpt.astype(np.float64)
     att, code = ATTENTION_CODES[attention], GAUSSIAN if noise == "gaussian" else LITERAL
     trajectory = _trajectory_pair if (n == 2 and code == GAUSSIAN and _SPECIALISE) else _trajectory
-    for t, rng in enumerate(rngs):
-        x = np.empty((n, d)) if x0 is None else x0[t].copy()
-        out["nonfinite"][t], out["t_hit"][t] = trajectory(
-            rng, x, x0 is None, float(beta), att, code, float(value_std), h, layers, ckpt,
-            float(eps), batch, out["overlap_min"][t], out["overlap_max"][t],
-            out["cluster_class"][t], out["n_clusters"][t], states[t],
-        )
-    return out, states
+    for r, rng in enumerate(rngs):
+        x = np.empty((n, d)) if x0 is None else x0[r].copy()
+        trajectory(rng, x, x0 is None, float(beta), att, code, float(value_std), h, layers, ckpt,
+                   times, float(eps), batch, out, r, states)
+    return out._asdict(), states
 
 
 def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,

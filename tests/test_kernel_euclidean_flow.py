@@ -16,7 +16,8 @@ from scipy.spatial import ConvexHull
 
 from tokensweep.kernels import euclidean_flow as ef
 from tokensweep.kernels.euclidean_flow import OUTPUTS, simulate_euclidean_flow
-from tokensweep.pipeline.geometry import (
+from tokensweep.kernels.outcomes import allocate_outputs
+from tokensweep.pipeline.analysis.geometry import (
     attention_rank_and_booleanness,
     centres_are_hull_vertices,
     cluster_labels,
@@ -74,12 +75,13 @@ def reference_states(z0, V, Q, K, beta, h, layers, integrator):
 
 def kernel_step(z, t0, h, V, Q, K, beta=1.0, integrator="euler"):
     """One kernel step of one state z (n, d) from time t0, through `integrate_block`."""
-    zz = z[None].copy()
-    n = z.shape[0]
-    ef.integrate_block(zz, t0, V, Q, K, beta, h, np.array([1]), ef.INTEGRATOR_CODES[integrator],
-                       np.zeros(1), np.empty((1, 1), np.int16), np.empty((1, 1)),
-                       np.empty(1, np.bool_), np.empty((1, n, n)))
-    return zz[0]
+    n, d = z.shape
+    out = allocate_outputs(1, 1, ef.EuclideanFlowOutcomes,
+                           shapes={"z_final": (n, d), "P_final": (n, n)})
+    out.z_final[0] = z
+    ef.integrate_block(out, t0, V, Q, K, beta, h, np.array([1]), ef.INTEGRATOR_CODES[integrator],
+                       np.zeros(1))
+    return out.z_final[0]
 
 
 # ---------------------------------------------------------------------------------------------

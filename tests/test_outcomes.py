@@ -6,12 +6,13 @@ import pytest
 from tokensweep.kernels.outcomes import (
     ANTIPODAL,
     OUTPUTS,
+    OutputSpec,
     SINGLE_CLUSTER,
     UNRESOLVED,
     allocate_outputs,
     classify,
     count_clusters,
-    fill_nonfinite,
+    finish_trajectory,
     gram,
     hit_time,
     overlap_extremes,
@@ -81,20 +82,32 @@ def test_record_checkpoint_from_states():
     g = np.empty((4, 4))
     gram(x, g)
     np.testing.assert_array_equal(g, x @ x.T)
-    omin, omax = np.empty(2), np.empty(2)
-    cls, ncl = np.empty(2, np.int8), np.empty(2, np.int16)
-    record_checkpoint(x, EPS, g, 0, omin, omax, cls, ncl)
-    record_checkpoint(x[:3], EPS, np.empty((3, 3)), 1, omin, omax, cls, ncl)
-    assert omin.tolist() == [-1.0, -1.0] and omax.tolist() == [1.0, 1.0]
-    assert cls.tolist() == [UNRESOLVED, ANTIPODAL] and ncl.tolist() == [3, 2]
+    out = allocate_outputs(2, 2)
+    record_checkpoint(x, EPS, g, out, 1, 0)
+    record_checkpoint(x[:3], EPS, np.empty((3, 3)), out, 1, 1)
+    assert out.overlap_min[1].tolist() == [-1.0, -1.0] and out.overlap_max[1].tolist() == [1.0, 1.0]
+    assert out.cluster_class[1].tolist() == [UNRESOLVED, ANTIPODAL]
+    assert out.n_clusters[1].tolist() == [3, 2]
+    assert np.isnan(out.overlap_min[0]).all()  # row 0 untouched
 
 
-def test_fill_nonfinite():
-    omin, omax = np.zeros(4), np.zeros(4)
-    cls, ncl = np.ones(4, np.int8), np.ones(4, np.int16)
-    fill_nonfinite(2, omin, omax, cls, ncl)
-    assert omin[:2].tolist() == [0.0, 0.0] and np.isnan(omin[2:]).all() and np.isnan(omax[2:]).all()
-    assert cls.tolist() == [1, 1, 0, 0] and ncl.tolist() == [1, 1, 0, 0]
+def test_unreached_checkpoints_keep_the_missing_values():
+    """A trajectory that fails after checkpoint 1 of 4: NaN overlaps, class 0, 0 clusters from
+    checkpoint 2 on, nonfinite, t_hit NaN; a finished one gets its t_hit."""
+    out = allocate_outputs(2, 4)
+    x = np.array([[1.0, 0.0], [1.0, 0.0]])
+    for r, reached in ((0, 2), (1, 4)):
+        for c in range(reached):
+            record_checkpoint(x, EPS, np.empty((2, 2)), out, r, c)
+    times = np.array([0.1, 0.2, 0.3, 0.4])
+    finish_trajectory(out, 0, False, times)
+    finish_trajectory(out, 1, True, times)
+    assert out.overlap_min[0, :2].tolist() == [1.0, 1.0]
+    assert np.isnan(out.overlap_min[0, 2:]).all() and np.isnan(out.overlap_max[0, 2:]).all()
+    assert out.cluster_class[0].tolist() == [1, 1, 0, 0]
+    assert out.n_clusters[0].tolist() == [1, 1, 0, 0]
+    assert out.nonfinite.tolist() == [True, False]
+    np.testing.assert_equal(out.t_hit, [np.nan, 0.1])
 
 
 @pytest.mark.parametrize(
@@ -122,5 +135,11 @@ def test_output_specs_cf_attributes():
     assert {k for k, s in OUTPUTS.items() if s.per_checkpoint} == {
         "overlap_min", "overlap_max", "cluster_class", "n_clusters"}
     arrays = allocate_outputs(5, 3)
-    assert arrays["n_clusters"].shape == (5, 3) and arrays["n_clusters"].dtype == np.int16
-    assert arrays["t_hit"].shape == (5,) and arrays["nonfinite"].dtype == bool
+    assert list(arrays._asdict()) == list(OUTPUTS)
+    assert arrays.n_clusters.shape == (5, 3) and arrays.n_clusters.dtype == np.int16
+    assert arrays.t_hit.shape == (5,) and arrays.nonfinite.dtype == bool
+    missing = {k: s.missing for k, s in OUTPUTS.items()}
+    assert missing["cluster_class"] == 0 and missing["nonfinite"] is False
+    assert np.isnan(missing["overlap_min"]) and np.isnan(arrays.t_hit).all()
+    # a NaN default missing value does not break equality (specs are compared by the pipeline)
+    assert OutputSpec(True, "float64", "x", "1") == OutputSpec(True, "float64", "x", "1")
