@@ -17,7 +17,10 @@ The model says
   trajectories first (the kernel is imported here, lazily);
 - `sections(sweep)`: the report sections it wants, each a function of `pipeline/report/`'s outcome
   modules with this model's closed forms passed in;
-- `report_facts`: spec fields the report lists in its header.
+- `report_facts`: spec fields the report lists in its header;
+- closed forms, as methods named after what they predict, each taking the typed spec first; the
+  outcome modules ask for them by name (`analysis.stats.closed_form`) and draw no theory where a
+  model has none: `CLOSED_FORMS` lists the names they ask for.
 
 The engine (plan, seeds, store, execute, the Prefect flow) and the report page only use this
 interface, so adding a model touches its kernel module, its plug-in module and a catalog spec.
@@ -33,7 +36,7 @@ import numpy as np
 
 from .spec import SweepBase
 
-__all__ = ["Model", "ReportInput", "Part", "Section", "check_outputs"]
+__all__ = ["Model", "ReportInput", "Part", "Section", "CLOSED_FORMS", "check_outputs"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,17 @@ class Part(NamedTuple):
 
 
 Section = Callable[[ReportInput], Part]
+
+# The closed forms the outcome modules ask a model for (a method of that name, spec first).
+CLOSED_FORMS = {
+    "antipodal_probability": "(sweep, cells: {axis: array}) -> P(antipodal) per cell, NaN where none",
+    "critical_beta": "(sweep, d) -> beta above which antipodal states attract (dashed line)",
+    "threshold_curves": "(sweep, beta array) -> [(label, style, sigma values)] over a (beta, sigma) map",
+    "merge_time": "(sweep, cell) -> t* at which the merged fraction should cross, or None",
+    "equiangular_overlap": "(sweep, times, cell) -> the overlap of an equiangular start, or None",
+    "hemisphere_probability": "(sweep, n, d) -> P(the start lies in an open hemisphere)",
+    "geometry_claims": "(sweep, d) -> the statements a cell of the flow in R^d can be checked against",
+}
 
 
 class Model:
@@ -85,6 +99,7 @@ def check_outputs(model: Model, outputs: dict, ntraj: int, nt: int) -> None:
     for name, spec in model.outputs.items():
         shape = (ntraj, nt) if spec.per_checkpoint else (ntraj,)
         value = np.asarray(outputs[name])
-        if value.shape != shape or not np.can_cast(value.dtype, spec.dtype, "same_kind"):
+        # exact dtype: a cast on write would wrap (int64 300 stored as int8 44) without a word
+        if value.shape != shape or value.dtype != np.dtype(spec.dtype):
             raise ValueError(f"model {model.name!r}: output {name!r} has shape {value.shape} and dtype "
                              f"{value.dtype}, but {shape} of {spec.dtype} is declared")

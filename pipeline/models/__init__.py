@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+import typing
 import warnings
 from importlib.metadata import entry_points
 from typing import Annotated, Union
@@ -37,6 +38,14 @@ def _as_model(obj, where: str) -> Model:
     for attribute in ("name", "summary", "spec", "outputs"):
         if not hasattr(model, attribute):
             raise TypeError(f"{where}: the model declares no `{attribute}`")
+    fields = model.spec.model_fields
+    if "model" not in fields or typing.get_args(fields["model"].annotation) != (model.name,):
+        raise TypeError(f"{where}: its spec's `model` field must be Literal[{model.name!r}]")
+    if "grid" not in fields:
+        raise TypeError(f"{where}: its spec declares no `grid` (a tokensweep.pipeline.spec.Grid subclass)")
+    unknown = set(model.report_facts) - set(fields)
+    if unknown:
+        raise TypeError(f"{where}: report_facts {sorted(unknown)} are not fields of its spec")
     return model
 
 

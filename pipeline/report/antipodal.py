@@ -54,7 +54,11 @@ def markdown_table(table: xr.Dataset, level: float = 0.95) -> str:
 
 
 def probability_section(report: ReportInput) -> Part:
-    """P(antipodal) per cell against the closed form: table, agreement, chi-square, phase.png."""
+    """P(antipodal) per cell against the closed form: table, agreement, chi-square, phase.png.
+
+    Needs `cluster_class` over (grid..., t, traj) and the grid axes `beta` and `d` (a model on
+    `spec.Grid` has them).
+    """
     ds, level = report.ds, report.level
     table = antipodal_table(ds, level=level)
     figures = {"phase": plot_antipodal_vs_beta(table, report.out / "phase.png")}
