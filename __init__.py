@@ -1,2 +1,113 @@
-"""tokensweep: phase diagrams of token clustering in deep Transformers."""
+"""tokensweep: phase diagrams of token clustering in deep Transformers.
+
+The Python API, for notebooks and scripts::
+
+    import tokensweep
+    tokensweep.catalog()                                  # the ready-to-run specs
+    ds = tokensweep.run("quickstart")                     # or a YAML path, or a dict
+    ds = tokensweep.open("quickstart")                    # a store, or a spec's default store
+    ds.tokensweep.probability("antipodal")                # p, Wilson lo / hi per cell
+
+`run` computes in a child process (so a script needs no ``if __name__ == "__main__"`` guard, and
+a notebook shows the progress), then returns `open`'s cube: lazy, every output NaN outside done
+partitions, ``attrs["pending"]`` counting what is missing, length-1 grid axes squeezed, CF
+attributes on every coordinate.
+
+Importing this package stays light: xarray (for the ``ds.tokensweep`` accessor) and nothing
+else; numba, Prefect and Dask's distributed load only when a function needs them.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module as _import_module
+from typing import NamedTuple
+
+# registers ds.tokensweep; absolute, so that a tool importing this file under another name
+# (pytest imports a rootdir's __init__.py as `main`) does not register a second copy
+_import_module("tokensweep.pipeline.analysis.accessor")
+
 __version__ = "0.1.0"
+__all__ = ["open", "run", "catalog", "load_spec", "CatalogEntry", "SpecError", "StoreError",
+           "SweepError", "ClusterError"]
+
+_ERRORS = {"SpecError": "tokensweep.pipeline.spec", "StoreError": "tokensweep.pipeline.store",
+           "SweepError": "tokensweep.flows.child", "ClusterError": "tokensweep.flows.run"}
+
+
+def __getattr__(name: str):
+    """The exception classes, imported on first use (PEP 562)."""
+    if name in _ERRORS:
+        return getattr(_import_module(_ERRORS[name]), name)
+    raise AttributeError(f"module 'tokensweep' has no attribute {name!r}")
+
+
+class CatalogEntry(NamedTuple):
+    name: str  # what `run`, `open` and `tokensweep run` accept
+    model: str
+    description: str
+    path: str
+
+
+def catalog() -> list[CatalogEntry]:
+    """The catalog's specs (one per figure or claim of the papers), by name."""
+    from pathlib import Path
+
+    import yaml
+
+    from .pipeline import spec
+
+    folder = Path(spec.__file__).resolve().parent.parent / "catalog"
+    entries = []
+    for path in sorted(folder.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        entries.append(CatalogEntry(path.stem, str(data.get("model", "")),
+                                    " ".join(str(data.get("description", "")).split()), str(path)))
+    return entries
+
+
+def load_spec(spec, **overrides):
+    """A validated spec from a YAML path, a catalog name, a dict or a spec; raises SpecError."""
+    from .pipeline.spec import SweepBase, load_sweep, parse_sweep
+
+    if isinstance(spec, SweepBase):
+        return parse_sweep(spec.model_dump(mode="json"), **overrides)
+    if isinstance(spec, dict):
+        return parse_sweep(spec, **overrides)
+    return load_sweep(spec, **overrides)
+
+
+def open(store_or_name):  # noqa: A001 (the API's name, as xarray's open_dataset)
+    """The cube of a store (path), or of a spec's default store (catalog name, YAML file, spec):
+    lazy, outputs NaN outside done partitions, attrs["pending"], squeezed, CF-labelled."""
+    from .pipeline.reading import open_sweep
+
+    return open_sweep(store_or_name)
+
+
+def run(spec, store=None, workers=None, scheduler=None, progress=True):
+    """Run (or resume, or grow) a sweep and return its cube (`open`).
+
+    spec: a YAML path, a catalog name, a dict or a spec; store: where (default: the spec's);
+    workers: local Dask worker processes (default: one per core); scheduler: the address or
+    scheduler file of an existing Dask cluster. Raises SpecError or StoreError before anything
+    runs (the message names the field and the fix), SweepError when partitions failed.
+    """
+    from .flows.child import resolve_for_store, run_in_child
+    from .pipeline.spec import SweepBase
+
+    if isinstance(spec, SweepBase):
+        data = spec.model_dump(mode="json", exclude={"store"})
+        store = spec.store if store is None else store
+    elif isinstance(spec, dict):
+        data = dict(spec)
+    else:
+        import yaml
+
+        from .pipeline.spec import resolve_spec_path
+
+        data = yaml.safe_load(resolve_spec_path(spec).read_text(encoding="utf-8"))
+    sweep = resolve_for_store(data, None if store is None else str(store))
+    summary = run_in_child(sweep, workers=workers, scheduler=scheduler, progress=progress)
+    if progress:
+        print(f"computed {summary['computed']} of {summary['partitions']} partitions into {sweep.store}")
+    return open(sweep.store)

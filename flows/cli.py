@@ -1,18 +1,28 @@
 """The ``tokensweep`` command line.
 
+    $ tokensweep catalog                          # the ready-to-run specs, with their cost
+    $ tokensweep plan quickstart                  # partitions, store size, time: computes nothing
     $ tokensweep run catalog/quickstart.yaml      # local Dask cluster + local Prefect server
     $ tokensweep status results/quickstart.zarr   # partitions done / pending / failed
     $ tokensweep report results/quickstart.zarr   # phase.png + report.md
     $ tokensweep models                           # the models a spec can name
     $ tokensweep serve --scheduler-file sched.json  # launch and retry sweeps from the UI
 
-Bad input (a spec or store that cannot be used) exits with code 2 and one message
-naming the field and the fix, before anything is computed or written.
+Bad input (a spec, a store or an option that cannot be used) exits with code 2 and one line
+naming the field and the fix, before anything is computed or written. `run` keeps the
+terminal quiet: one line saying what it will do, a progress bar, the results; Prefect's and
+Dask's logs go to STORE.log (to the terminal with -v). Ctrl-C exits with code 130 and one
+line saying how far the sweep got; running the same command resumes it.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import re
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -20,19 +30,35 @@ import numpy as np
 import typer
 import yaml
 
-from ..pipeline.spec import SpecError, load_sweep, resolve_spec_path
+from ..pipeline.spec import CATALOG, SpecError, estimated_store_bytes, format_bytes, load_sweep, \
+    resolve_spec_path
 from ..pipeline.store import DONE, FAILED, PENDING, StoreError, spec_differences, stored_sweep, \
     NEW_STORE_HINT, read_status
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Phase diagrams of token clustering in deep Transformers.")
 server_app = typer.Typer(help="The local Prefect server (UI at its URL without /api).")
 app.add_typer(server_app, name="server")
 
-StoreArg = typer.Argument(..., help="path of a tokensweep zarr store")
-WorkersOpt = typer.Option(None, min=1, help="local Dask worker processes [default: cores]")
-SchedulerOpt = typer.Option(None, help="address of an existing Dask scheduler (tcp://HOST:PORT)")
-SchedulerFileOpt = typer.Option(None, help="scheduler file of an existing Dask cluster")
+# Defaults that are not plain values are shown with show_default: typer's help renders text
+# like "[default: x]" inside a help string as rich markup, i.e. drops it.
+StoreArg = typer.Argument(..., help="path of a tokensweep zarr store", show_default=False)
+SpecArg = typer.Argument(..., help="YAML spec file, or the name of a catalog entry",
+                         show_default=False)
+StoreOpt = typer.Option(None, help="zarr store path", show_default="the spec's `store`")
+WorkersOpt = typer.Option(None, min=1, help="local Dask worker processes",
+                          show_default="one per core")
+PartitionOpt = typer.Option(None, min=1, help="trajectories per partition",
+                            show_default="the spec's, or the existing store's")
+SchedulerOpt = typer.Option(None, help="address of an existing Dask scheduler (tcp://HOST:PORT)",
+                            show_default="a new local cluster")
+SchedulerFileOpt = typer.Option(None, help="scheduler file of an existing Dask cluster",
+                                show_default="a new local cluster")
+ProgressOpt = typer.Option(True, help="show a progress bar over partitions")
+QuietOpt = typer.Option(False, "--quiet", "-q", help="print only errors")
+VerboseOpt = typer.Option(False, "--verbose", "-v",
+                          help="show Prefect's and Dask's logs here (instead of the progress bar) "
+                               "rather than only in STORE.log")
 
 
 def _fail(message: str, code: int = 2):
@@ -40,21 +66,58 @@ def _fail(message: str, code: int = 2):
     raise typer.Exit(code)
 
 
-def resolve_run(spec_path: str, store: Optional[str], partition_traj: Optional[int]):
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"tokensweep {version('tokensweep')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main_options(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the installed version and exit"),
+):
+    """Phase diagrams of token clustering in deep Transformers."""
+
+
+# -- validation: everything a run needs, checked before anything is computed or written -------
+
+def _check_store_path(path: Path) -> None:
+    """A store path a sweep can create or resume: not a file, in a folder one can write in."""
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"store {path} is a file, not a store folder: give --store a new path "
+                         "or an existing tokensweep store")
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise StoreError(f"store {path}: {folder} is a file, not a folder: give --store a path "
+                         "inside a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreError(f"store {path}: cannot write in {folder}: give --store a path in a "
+                         "folder you can write in")
+
+
+def resolve_run(spec_path: str, store: Optional[str], partition_traj: Optional[int],
+                check_lock: bool = True):
     """Validate the spec against the command line and any existing store; write nothing."""
     sweep = load_sweep(spec_path, store=store, partition_traj=partition_traj)
     path = Path(sweep.store)
-    if path.exists() and any(path.iterdir()):
+    _check_store_path(path)
+    if path.is_dir() and any(path.iterdir()):
         old = stored_sweep(path)
-        raw = yaml.safe_load(resolve_spec_path(spec_path).read_text())
+        raw = yaml.safe_load(resolve_spec_path(spec_path).read_text(encoding="utf-8"))
         if partition_traj is None and "partition_traj" not in raw:
             # a store keeps the partitioning it was created with unless the user asks otherwise
             sweep = load_sweep(spec_path, store=store, partition_traj=old.partition_traj)
-        diff = spec_differences(old, sweep)
+        diff = spec_differences(old, sweep, growable=True)  # what remains would change stored numbers
         if diff:
             raise StoreError(f"{path} holds a different spec ({'; '.join(diff)}): {NEW_STORE_HINT}")
         read_status(path)  # a damaged store is refused here, before any flow starts
-    _refuse_if_locked(path)
+    if check_lock:
+        _refuse_if_locked(path)
     return sweep
 
 
@@ -75,37 +138,129 @@ def _scheduler(scheduler: Optional[str], scheduler_file: Optional[str]) -> Optio
         _fail(str(err))
 
 
-def _execute(sweep, **options) -> None:
-    from .run import run_sweep
+def _to_run(sweep, failed_only: bool = False) -> int:
+    """How many partitions a run would compute: those not done (or only the failed ones)."""
+    from ..pipeline.plan import Plan
 
+    if not (Path(sweep.store) / "zarr.json").is_file():
+        return len(Plan(sweep))
+    flat = read_status(sweep.store)
+    return int((flat == FAILED).sum() if failed_only else (flat != DONE).sum())
+
+
+def _done(store: Path) -> int:
     try:
-        summary = run_sweep(sweep.model_dump(mode="json"), sweep.store, **options)
+        return int((read_status(store) == DONE).sum())
+    except StoreError:  # not created yet
+        return 0
+
+
+# -- running: a quiet terminal, logs beside the store ----------------------------------------
+
+def log_path(store: str | Path) -> Path:
+    store = Path(store)
+    return store.with_name(store.name + ".log")
+
+
+@contextmanager
+def _logs_to(log: Path, verbose: bool):
+    """Everything written to stderr during the block goes to `log` (unless verbose): Prefect's and
+    Dask's logs from this process, and from the local workers, which inherit its stderr."""
+    if verbose:
+        yield
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as f:
+        f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n".encode())
+        f.flush()
+        sys.stderr.flush()
+        terminal = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(terminal, 2)
+            os.close(terminal)
+
+
+def _kernels_cold() -> bool:
+    """True when numba's cache for this kernel source is empty: the first run compiles (~30 s)."""
+    from ..kernels.cache import use_versioned_cache_dir
+
+    folder = Path(use_versioned_cache_dir())
+    return not folder.is_dir() or not any(folder.iterdir())
+
+
+def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optional[int],
+             scheduler: Optional[str], failed_only: bool = False) -> None:
+    from ..pipeline.plan import Plan
+
+    store, total = Path(sweep.store), len(Plan(sweep))
+    log = log_path(store)
+    details = "" if verbose else f" (details in {log})"
+    if not quiet:
+        where = f"the cluster at {scheduler}" if scheduler else \
+            f"{workers or os.cpu_count() or 1} local workers"
+        logs = "" if verbose else f" (logs: {log})"
+        typer.echo(f"{sweep.name}: {_to_run(sweep, failed_only)} of {total} partitions to run into "
+                   f"{store} on {where}{logs}")
+        if scheduler is None and _kernels_cold():
+            typer.echo("compiling kernels (first run only): the first partitions take ~30 s more")
+    try:
+        from .run import run_sweep
+
+        with _logs_to(log, verbose):
+            summary = run_sweep(sweep.model_dump(mode="json"), sweep.store, workers=workers,
+                                scheduler=scheduler, failed_only=failed_only,
+                                progress=progress and not quiet and not verbose)
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: {_done(store)} of {total} partitions done; "
+                   "run the same command to resume", err=True)
+        raise typer.Exit(130)
     except (SpecError, StoreError) as err:
         _fail(str(err))
-    except RuntimeError as err:
-        _fail(str(err), code=1)
+    except RuntimeError as err:  # partitions failed: the message lists them
+        _fail(f"{err}{details}", code=1)
+    except Exception as err:
+        _fail(f"the sweep stopped: {type(err).__name__}: {_first_line(err)}; {_done(store)} of "
+              f"{total} partitions done{details}; run the same command to resume", code=1)
+    if quiet:
+        return
     typer.echo(f"computed {summary['computed']} of {summary['partitions']} partitions into {summary['store']}")
     for name, path in summary.get("report", {}).items():
         typer.echo(f"{name}: {path}")
 
 
+def _one_of_quiet_verbose(quiet: bool, verbose: bool) -> None:
+    if quiet and verbose:
+        _fail("give either -q/--quiet or -v/--verbose, not both")
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [""])[0]
+
+
 @app.command()
 def run(
-    spec: str = typer.Argument(..., help="YAML spec file, or the name of a catalog entry"),
-    store: Optional[str] = typer.Option(None, help="zarr store path (overrides the spec's `store`)"),
+    spec: str = SpecArg,
+    store: Optional[str] = StoreOpt,
     workers: Optional[int] = WorkersOpt,
-    partition_traj: Optional[int] = typer.Option(None, min=1, help="trajectories per partition"),
+    partition_traj: Optional[int] = PartitionOpt,
     scheduler: Optional[str] = SchedulerOpt,
     scheduler_file: Optional[str] = SchedulerFileOpt,
-    progress: bool = typer.Option(True, help="show a progress bar over partitions"),
+    progress: bool = ProgressOpt,
+    quiet: bool = QuietOpt,
+    verbose: bool = VerboseOpt,
 ):
     """Run a sweep (or resume it: only partitions not done are computed), then report."""
+    _one_of_quiet_verbose(quiet, verbose)
     try:
         sweep = resolve_run(spec, store, partition_traj)
     except (SpecError, StoreError) as err:
         _fail(str(err))
     _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
-             progress=progress)
+             progress=progress, quiet=quiet, verbose=verbose)
 
 
 @app.command()
@@ -115,9 +270,12 @@ def rerun(
     workers: Optional[int] = WorkersOpt,
     scheduler: Optional[str] = SchedulerOpt,
     scheduler_file: Optional[str] = SchedulerFileOpt,
-    progress: bool = typer.Option(True, help="show a progress bar over partitions"),
+    progress: bool = ProgressOpt,
+    quiet: bool = QuietOpt,
+    verbose: bool = VerboseOpt,
 ):
     """Redo the partitions of STORE that are not done (or only the failed ones), with its own spec."""
+    _one_of_quiet_verbose(quiet, verbose)
     try:
         sweep = stored_sweep(store).model_copy(update={"store": store})
         read_status(store)
@@ -125,8 +283,137 @@ def rerun(
     except StoreError as err:
         _fail(str(err))
     _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
-             failed_only=failed_only, progress=progress)
+             failed_only=failed_only, progress=progress, quiet=quiet, verbose=verbose)
 
+
+# -- looking before running: catalog and plan ---------------------------------------------------
+
+def _catalog_claims() -> dict[str, str]:
+    """`name.yaml` -> its "paper, figure or claim" cell in catalog/README.md's table."""
+    try:
+        text = (CATALOG / "README.md").read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    return {m[1]: m[2].strip() for m in re.finditer(r"^\| `([^`]+)` \|([^|]+)\|", text, re.M)}
+
+
+def _claim(path: Path, sweep, claims: dict[str, str]) -> str:
+    """What a catalog entry reproduces: its README row, else its first comment line or description."""
+    if path.name in claims:
+        return claims[path.name]
+    first = path.read_text(encoding="utf-8").splitlines()[:1]
+    if first and first[0].startswith("#"):
+        return first[0].lstrip("#").strip()
+    return " ".join(sweep.description.split())
+
+
+def _cost(sweep) -> str:
+    cells, traj, layers = sweep.n_cells, sweep.trajectories, sweep.time.layers
+    return f"{cells} cells x {traj} traj x {layers} layers = {cells * traj * layers:.2g}"
+
+
+@app.command()
+def catalog():
+    """List the catalog: name, model, cost (cells x trajectories x layers), figure or claim."""
+    claims = _catalog_claims()
+    for path in sorted(CATALOG.glob("*.yaml")):
+        try:
+            sweep = load_sweep(path)
+        except SpecError as err:
+            typer.echo(f"{path.stem:22s} invalid: {err}")
+            continue
+        typer.echo(f"{path.stem:22s} {sweep.model:22s} {_cost(sweep):42s} {_claim(path, sweep, claims)}")
+
+
+def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
+    """Seconds per trajectory per layer in the sweep's first cell, on this core.
+
+    A warm-up call first (it compiles the kernel, or loads it from numba's cache), then a few
+    trajectories of the first partition over more and more layers (the spec's step h) until
+    one call takes `target_s` or covers every layer.
+    """
+    from ..pipeline.models import get_model
+    from ..pipeline.plan import Plan
+    from ..pipeline.seeds import trajectory_rngs
+
+    for key in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(key, "1")  # as on a worker: one thread per partition
+    model, plan = get_model(sweep.model), Plan(sweep)
+    part = plan[0]
+    coords = plan.coords(part)
+
+    def seconds(ntraj: int, layers: int) -> float:
+        short_time = sweep.time.model_copy(
+            update={"T": sweep.time.h * layers, "layers": layers, "checkpoints": 1})
+        short = sweep.model_copy(update={"time": short_time})
+        rngs = trajectory_rngs(sweep.seed, coords, range(ntraj))
+        start = time.perf_counter()
+        model.simulate(short, coords, rngs)
+        return time.perf_counter() - start
+
+    seconds(1, 1)
+    ntraj, layers = min(part.traj_stop - part.traj_start, 4), min(sweep.time.layers, 10)
+    while (elapsed := seconds(ntraj, layers)) < target_s and layers < sweep.time.layers:
+        layers = min(sweep.time.layers, layers * 10)
+    return elapsed / (ntraj * layers), plan.label(part)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.2g} ms"
+    if seconds < 60:
+        return f"{seconds:.2g} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@app.command()
+def plan(
+    spec: str = SpecArg,
+    store: Optional[str] = StoreOpt,
+    partition_traj: Optional[int] = PartitionOpt,
+    workers: Optional[int] = WorkersOpt,
+    calibrate: bool = typer.Option(True, help="time a few trajectories of the first cell to "
+                                              "estimate the run time"),
+):
+    """What `run SPEC` would do (partitions, store size, time), computing and writing nothing."""
+    from ..pipeline.lock import describe_lock
+    from ..pipeline.plan import Plan
+
+    try:
+        sweep = resolve_run(spec, store, partition_traj, check_lock=False)
+    except (SpecError, StoreError) as err:
+        _fail(str(err))
+    partitions, todo = len(Plan(sweep)), _to_run(sweep)
+    size = estimated_store_bytes(sweep)
+    typer.echo(f"{sweep.name}: {sweep.model}, {sweep.n_cells} cells x {sweep.trajectories} "
+               f"trajectories x {sweep.time.layers} layers, {len(sweep.time.checkpoint_layers)} "
+               "checkpoints")
+    typer.echo(f"partitions: {partitions} of {sweep.partition_traj} trajectories, {todo} to run")
+    typer.echo(f"store: {sweep.store}: {size} bytes ({format_bytes(size)}) uncompressed")
+    lock = describe_lock(sweep.store)
+    if lock:
+        typer.echo(f"locked by {lock}")
+    if not calibrate:
+        return
+    if _kernels_cold():
+        typer.echo("compiling kernels (first run only) ...")
+    try:
+        per_layer, label = _calibrate(sweep)
+    except Exception as err:  # the kernel itself failed: say so in one line
+        _fail(f"the calibration run failed ({type(err).__name__}: {_first_line(err)}): "
+              "`tokensweep plan --no-calibrate` plans without timing", code=1)
+    n_workers = workers or os.cpu_count() or 1
+    per_partition = per_layer * sweep.time.layers * sweep.partition_traj
+    core = per_layer * sweep.time.layers * sweep.trajectories * sweep.n_cells * todo / partitions
+    wall = math.ceil(todo / n_workers) * per_partition
+    typer.echo(f"core time: ~{_duration(core)} ({per_layer * 1e6:.3g} us per trajectory and layer "
+               f"at {label}); wall time: ~{_duration(wall)} on {n_workers} local workers, plus the "
+               "start of the cluster and the report")
+
+
+# -- stores ----------------------------------------------------------------------------------
 
 @app.command()
 def unlock(store: str = StoreArg):
@@ -175,7 +462,7 @@ def status(store: str = StoreArg):
 @app.command()
 def report(
     store: str = StoreArg,
-    out: Optional[str] = typer.Option(None, help="output folder [default: STORE with suffix .report]"),
+    out: Optional[str] = typer.Option(None, help="output folder", show_default="STORE.report"),
 ):
     """Write phase.png and report.md (empirical probabilities against the closed forms)."""
     from ..pipeline.report import write_report
@@ -210,7 +497,8 @@ def serve(
     workers: Optional[int] = WorkersOpt,
     scheduler: Optional[str] = SchedulerOpt,
     scheduler_file: Optional[str] = SchedulerFileOpt,
-    limit: Optional[int] = typer.Option(None, min=1, help="most flow runs at once [default: no limit]"),
+    limit: Optional[int] = typer.Option(None, min=1, help="most flow runs at once",
+                                        show_default="no limit"),
 ):
     """Register the `sweep/NAME` deployment and run sweeps launched (or retried) from the UI.
 
@@ -243,7 +531,28 @@ def server_stop():
 
 
 def main():
-    app()
+    """The `tokensweep` entry point: every error is one line on stderr, never a traceback."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:  # end of input at a prompt
+        code = 1
+    except Exception as err:
+        if hasattr(err, "format_message") and hasattr(err, "exit_code"):  # click's (typer's) own
+            # `tokensweep` alone has shown its help; else an unknown command or option, a bad value
+            if type(err).__name__ != "NoArgsIsHelpError":
+                ctx = getattr(err, "ctx", None)
+                command = ctx.command_path if ctx else "tokensweep"
+                typer.echo(f"error: {err.format_message().rstrip('.')}: see `{command} --help`",
+                           err=True)
+            code = err.exit_code
+        elif os.environ.get("TOKENSWEEP_DEBUG"):
+            raise
+        else:  # a bug: one line here, the traceback with TOKENSWEEP_DEBUG=1
+            typer.echo(f"error: unexpected {type(err).__name__}: {_first_line(err)} (a bug in "
+                       "tokensweep: please report it; TOKENSWEEP_DEBUG=1 shows the traceback)",
+                       err=True)
+            code = 1
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The Prefect ``sweep`` flow: wiring only, every step is one pipeline call.
 
-validate -> plan -> prepare store -> one task per partition not yet done (on whatever
+validate -> lock -> prepare store (create, resume or grow) -> plan -> one task per
+partition not yet done (on whatever
 task runner the caller chose, a DaskTaskRunner by default) -> report. Tasks are
 idempotent (the store's status decides), so a rerun of the flow, from the CLI or the
 UI's Retry, only computes partitions that are not done. Tasks neither cache nor persist
@@ -58,8 +59,8 @@ def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool
     ones), then report. Safe to retry: done partitions are never recomputed."""
     logger = get_run_logger()
     sweep = parse_sweep(spec, store=store)
-    created = prepare_store(sweep, store)
-    with store_lock(store):
+    with store_lock(store):  # before the store is created or grown: two new runs never collide
+        created = prepare_store(sweep, store)
         plan = Plan(sweep)
         if failed_only:
             todo = [int(i) for i in (read_status(store) == FAILED).nonzero()[0]]
@@ -86,7 +87,8 @@ def _run_partitions(spec: dict, store: str, plan: Plan, todo: list[int], progres
     index_of = {f.task_run_id: i for f, i in zip(futures, todo)}
     computed, failed, hosts = 0, [], set()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, disable=not progress) as bar:
+    # stderr is not redirected above the bar: the CLI sends it (Prefect's and Dask's logs) to STORE.log
+    with Progress(*columns, disable=not progress, redirect_stderr=False) as bar:
         tracker = bar.add_task(spec["name"], total=len(futures))
         for future in as_completed(futures):
             try:

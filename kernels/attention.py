@@ -27,6 +27,19 @@ so it is exact (backward stable) for rank-deficient A: the normal late-time stat
 have collapsed onto each other or onto antipodes.
 
 Array conventions: tokens are rows, x (n, d); the attention output Ahat is (n, d), row i = Ahat_i.
+Speed under bit-identity. Every sum here is accumulated in one fixed order (over coordinates, or
+over tokens for Ahat), the order the results were first produced in, so any rewrite must keep it:
+no fastmath (no reassociation, no FMA contraction). What can change is how independent sums are
+interleaved. A single sum waits on the adder's latency once per term; `gram` (2 x 4 pairs), the
+Householder dot products (4 columns) and the row norms of `scaled_step` (4 rows) run several
+sums side by side, and the next column's Householder norm is summed while that column is
+reflected. The overlaps are symmetric to the bit (x_ik x_jk = x_jk x_ik), so `gram` computes
+i <= j only; the attention reads its logits from them and the kernels reuse a checkpoint's
+overlaps as the next layer's. exp(0) = 1 is not evaluated (collapsed tokens). Ahat is an axpy
+along the coordinates for d >= LONG_ROW (vectorised) and four register sums otherwise: an axpy over
+a few coordinates waits on its own stores once per term. Tried, no gain: reusing exp(S_ij - m_i)
+for row j when m_j = m_i, numba's SLP vectoriser, inlining the helpers. Per-component costs:
+`benchmarks/bench_stochastic.py --profile`.
 """
 
 import numpy as np
@@ -38,38 +51,87 @@ SA = 0
 USA = 1
 CAUSAL_SA = 2
 ATTENTION_CODES = {"sa": SA, "usa": USA, "causal_sa": CAUSAL_SA}
+LONG_ROW = 32  # rows of at least this many coordinates are combined by vectorised axpys
 
 
 @njit(nogil=True, cache=True)
-def attention(x, beta, kind, ahat, logscale, logits):
-    """Attention directions and log-scales of all tokens.
+def gram(x, g):
+    """g[i, j] = <x_i, x_j> for x (n, d), each a sum over k in order from 0.0 (as `outcomes.gram`).
+
+    Pairs i <= j are computed, two rows by four columns at a time (eight sums side by side; the
+    last block of a row pair repeats column n - 1 where fewer are left), and mirrored.
+    g: (n, n) output.
+    """
+    n, d = x.shape
+    if n < 4:  # too few pairs to block
+        for i in range(n):
+            for j in range(i, n):
+                s0 = 0.0
+                for k in range(d):
+                    s0 += x[i, k] * x[j, k]
+                g[i, j] = s0
+                g[j, i] = s0
+        return
+    for i in range(0, n, 2):
+        i1 = min(i + 1, n - 1)
+        for j in range(i, n, 4):
+            j1 = min(j + 1, n - 1)
+            j2 = min(j + 2, n - 1)
+            j3 = min(j + 3, n - 1)
+            s0 = s1 = s2 = s3 = t0 = t1 = t2 = t3 = 0.0
+            for k in range(d):
+                u = x[i, k]
+                v = x[i1, k]
+                a0 = x[j, k]
+                a1 = x[j1, k]
+                a2 = x[j2, k]
+                a3 = x[j3, k]
+                s0 += u * a0
+                s1 += u * a1
+                s2 += u * a2
+                s3 += u * a3
+                t0 += v * a0
+                t1 += v * a1
+                t2 += v * a2
+                t3 += v * a3
+            g[i, j] = s0
+            g[i, j1] = s1
+            g[i, j2] = s2
+            g[i, j3] = s3
+            g[i1, j] = t0
+            g[i1, j1] = t1
+            g[i1, j2] = t2
+            g[i1, j3] = t3
+    for i in range(n):
+        for j in range(i):
+            g[i, j] = g[j, i]
+
+
+@njit(nogil=True, cache=True)
+def attention(x, g, beta, kind, ahat, logscale, w):
+    """Attention directions and log-scales of all tokens, from their overlaps g = `gram`(x).
 
     x: (n, d) float64 token states. beta: float. kind: SA, USA or CAUSAL_SA.
     ahat: (n, d) output, Ahat_i (see module docstring). logscale: (n,) output, c_i.
-    logits: (n,) work array.
+    w: (n, n) work, the weights exp(S_ij - m_i).
     """
     n, d = x.shape
     log_n = np.log(n)
     for i in range(n):
         jmax = i + 1 if kind == CAUSAL_SA else n
-        m = -np.inf
+        mi = -np.inf
         for j in range(jmax):
-            acc = 0.0
-            for k in range(d):
-                acc += x[i, k] * x[j, k]
-            logits[j] = beta * acc
-            if logits[j] > m:
-                m = logits[j]
-        for k in range(d):
-            ahat[i, k] = 0.0
+            if beta * g[i, j] > mi:
+                mi = beta * g[i, j]
         total = 0.0
         for j in range(jmax):
-            w = np.exp(logits[j] - m)
-            total += w
-            for k in range(d):
-                ahat[i, k] += w * x[j, k]
+            e = beta * g[i, j] - mi
+            wij = 1.0 if e == 0.0 else np.exp(e)  # exp(0) = 1: collapsed tokens skip the call
+            w[i, j] = wij
+            total += wij
+        _combine(w, i, x, jmax, ahat)
         if kind == USA:
-            logscale[i] = m - log_n
+            logscale[i] = mi - log_n
         else:
             inv = 1.0 / total
             for k in range(d):
@@ -78,41 +140,131 @@ def attention(x, beta, kind, ahat, logscale, logits):
 
 
 @njit(nogil=True, cache=True)
-def householder_r(a, work, r_out):
+def _combine(w, i, x, jmax, out):
+    """out[i, k] = sum_{j < jmax} w[i, j] x[j, k], each sum in j order from 0.0 (see LONG_ROW)."""
+    d = x.shape[1]
+    if d >= LONG_ROW:
+        for k in range(d):  # four terms per pass, added left to right
+            out[i, k] = 0.0
+        j = 0
+        while j + 4 <= jmax:
+            w0 = w[i, j]
+            w1 = w[i, j + 1]
+            w2 = w[i, j + 2]
+            w3 = w[i, j + 3]
+            for k in range(d):
+                out[i, k] = (((out[i, k] + w0 * x[j, k]) + w1 * x[j + 1, k]) + w2 * x[j + 2, k]) \
+                    + w3 * x[j + 3, k]
+            j += 4
+        while j < jmax:
+            wij = w[i, j]
+            for k in range(d):
+                out[i, k] += wij * x[j, k]
+            j += 1
+        return
+    k = 0
+    while k + 4 <= d:
+        s0 = s1 = s2 = s3 = 0.0
+        for j in range(jmax):
+            wij = w[i, j]
+            s0 += wij * x[j, k]
+            s1 += wij * x[j, k + 1]
+            s2 += wij * x[j, k + 2]
+            s3 += wij * x[j, k + 3]
+        out[i, k] = s0
+        out[i, k + 1] = s1
+        out[i, k + 2] = s2
+        out[i, k + 3] = s3
+        k += 4
+    while k < d:
+        s0 = 0.0
+        for j in range(jmax):
+            s0 += w[i, j] * x[j, k]
+        out[i, k] = s0
+        k += 1
+
+
+@njit(nogil=True, cache=True)
+def householder_r(a, r_out):
     """R factor of the Householder QR of A = a.T (d x n), LAPACK sign convention.
 
-    a: (n, d), row j = column j of A (not modified). work: (n, d) scratch.
-    r_out: (r, n) output, r = min(n, d); upper trapezoidal, R^T R = A^T A.
+    a: (n, d), row j = column j of A; overwritten (by the reflected columns). r_out: (r, n)
+    output, r = min(n, d); upper trapezoidal, R^T R = A^T A. Each dot product with the reflector
+    u runs over the rows in order; four columns' dot products run side by side.
     """
     n, d = a.shape
     r = min(n, d)
-    work[:, :] = a
+    have_next = False  # next_xnorm2 holds column k's sum of squares, summed while reflecting it
+    next_xnorm2 = 0.0
     for k in range(r):
-        alpha = work[k, k]
-        xnorm2 = 0.0
-        for i in range(k + 1, d):
-            xnorm2 += work[k, i] * work[k, i]
+        alpha = a[k, k]
+        if have_next:
+            xnorm2 = next_xnorm2
+        else:
+            xnorm2 = 0.0
+            for i in range(k + 1, d):
+                xnorm2 += a[k, i] * a[k, i]
+        have_next = False
         if xnorm2 == 0.0:
             # H = I (LAPACK tau = 0): keep alpha with its sign
             r_out[k, k] = alpha
         else:
             beta_k = -np.copysign(np.sqrt(alpha * alpha + xnorm2), alpha)
-            # u = x - beta e1 is stored in work[k, k:]; H = I - 2 u u^T / |u|^2
+            # u = x - beta e1 is stored in a[k, k:]; H = I - 2 u u^T / |u|^2
             u0 = alpha - beta_k
-            work[k, k] = u0
+            a[k, k] = u0
             unorm2 = u0 * u0 + xnorm2
-            for j in range(k + 1, n):
-                dot = 0.0
+            for j in range(k + 1, n, 4):
+                # four columns per pass (the last pass repeats column n - 1 where fewer are left:
+                # a sum costs its latency, not its width); reflect each column once
+                j1 = min(j + 1, n - 1)
+                j2 = min(j + 2, n - 1)
+                j3 = min(j + 3, n - 1)
+                s0 = s1 = s2 = s3 = 0.0
                 for i in range(k, d):
-                    dot += work[k, i] * work[j, i]
-                f = 2.0 * dot / unorm2
-                for i in range(k, d):
-                    work[j, i] -= f * work[k, i]
+                    v = a[k, i]
+                    s0 += v * a[j, i]
+                    s1 += v * a[j1, i]
+                    s2 += v * a[j2, i]
+                    s3 += v * a[j3, i]
+                if j == k + 1:
+                    next_xnorm2 = _reflect_and_norm(a, j, k, 2.0 * s0 / unorm2)
+                    have_next = True
+                else:
+                    _reflect(a, j, k, 2.0 * s0 / unorm2)
+                if j1 > j:
+                    _reflect(a, j1, k, 2.0 * s1 / unorm2)
+                if j2 > j1:
+                    _reflect(a, j2, k, 2.0 * s2 / unorm2)
+                if j3 > j2:
+                    _reflect(a, j3, k, 2.0 * s3 / unorm2)
             r_out[k, k] = beta_k
         for j in range(k):
             r_out[k, j] = 0.0
         for j in range(k + 1, n):
-            r_out[k, j] = work[j, k]
+            r_out[k, j] = a[j, k]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _reflect(a, j, k, f):
+    """a[j, k:] -= f a[k, k:] (column j of H A)."""
+    for i in range(k, a.shape[1]):
+        a[j, i] -= f * a[k, i]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _reflect_and_norm(a, j, k, f):
+    """`_reflect`, returning sum_{i > j} a[j, i]^2 of the result in order from 0.0: the next
+    step's xnorm2 (j = k + 1), summed while the reflection's loads are at hand."""
+    d = a.shape[1]
+    for i in range(k, min(k + 2, d)):
+        a[j, i] -= f * a[k, i]
+    s = 0.0
+    for i in range(k + 2, d):
+        y = a[j, i] - f * a[k, i]
+        a[j, i] = y
+        s += y * y
+    return s
 
 
 @njit(nogil=True, cache=True)
@@ -136,18 +288,34 @@ def gaussian_values(r_fac, buf, off, s, out):
 
 @njit(nogil=True, cache=True)
 def literal_values(buf, off, ahat, s, out):
-    """s V Ahat_i for every token.
-
-    buf: 1-D standard normals; V (d, d) is buf[off:off + d*d] row-major. ahat, out: (n, d).
+    """s V Ahat_i for every token, each entry a sum over b in order (four rows of V at a time
+    for d >= LONG_ROW). buf: 1-D standard normals; V (d, d) is buf[off:off + d*d] row-major.
+    ahat, out: (n, d).
     """
     n, d = ahat.shape
     for i in range(n):
-        for a in range(d):
-            acc = 0.0
+        a = 0
+        while a + 4 <= d and d >= LONG_ROW:
+            s0 = s1 = s2 = s3 = 0.0
             base = off + a * d
             for b in range(d):
-                acc += buf[base + b] * ahat[i, b]
-            out[i, a] = s * acc
+                v = ahat[i, b]
+                s0 += buf[base + b] * v
+                s1 += buf[base + d + b] * v
+                s2 += buf[base + 2 * d + b] * v
+                s3 += buf[base + 3 * d + b] * v
+            out[i, a] = s * s0
+            out[i, a + 1] = s * s1
+            out[i, a + 2] = s * s2
+            out[i, a + 3] = s * s3
+            a += 4
+        while a < d:
+            s0 = 0.0
+            base = off + a * d
+            for b in range(d):
+                s0 += buf[base + b] * ahat[i, b]
+            out[i, a] = s * s0
+            a += 1
 
 
 @njit(nogil=True, cache=True)
@@ -197,10 +365,12 @@ def normalize_row(x, i):
 
 
 @njit(nogil=True, cache=True)
-def scaled_step(x, coef, logscale, direction):
+def scaled_step(x, coef, logscale, direction, norm2):
     """x_i <- N(x_i + coef e^{c_i} direction_i) in place; False if a row is non-finite or zero.
 
-    x, direction: (n, d); coef: float (may be negative); logscale: (n,) the c_i.
+    x, direction: (n, d); coef: float (may be negative); logscale: (n,) the c_i; norm2: (n,) work.
+    The operations of `normalize_row` on each row, whose rescaling path (|y|^2 zero, inf or NaN)
+    runs only where needed; the squared norms of four rows are summed side by side.
     """
     n, d = x.shape
     for i in range(n):
@@ -214,6 +384,30 @@ def scaled_step(x, coef, logscale, direction):
             fa = coef * np.exp(c)
         for k in range(d):
             x[i, k] = fx * x[i, k] + fa * direction[i, k]
-        if not normalize_row(x, i):
+    i = 0
+    while i + 4 <= n:
+        s0 = s1 = s2 = s3 = 0.0
+        for k in range(d):
+            s0 += x[i, k] * x[i, k]
+            s1 += x[i + 1, k] * x[i + 1, k]
+            s2 += x[i + 2, k] * x[i + 2, k]
+            s3 += x[i + 3, k] * x[i + 3, k]
+        norm2[i] = s0
+        norm2[i + 1] = s1
+        norm2[i + 2] = s2
+        norm2[i + 3] = s3
+        i += 4
+    while i < n:
+        s0 = 0.0
+        for k in range(d):
+            s0 += x[i, k] * x[i, k]
+        norm2[i] = s0
+        i += 1
+    for i in range(n):
+        if norm2[i] > 0.0 and norm2[i] < np.inf:
+            inv = 1.0 / np.sqrt(norm2[i])
+            for k in range(d):
+                x[i, k] *= inv
+        elif not normalize_row(x, i):  # recomputes the same sum, then rescales or fails
             return False
     return True

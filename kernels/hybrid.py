@@ -25,9 +25,18 @@ from numba import njit
 
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 from . import vocabulary
-from .attention import ATTENTION_CODES, attention, normalize_rows, scaled_step, uniform_start
-from .outcomes import OUTPUTS, allocate_outputs, check_common_arguments, finish_trajectory
-from .outcomes import record_checkpoint
+from .attention import ATTENTION_CODES, attention, gram, normalize_rows, scaled_step, uniform_start
+from .outcomes import (
+    OUTPUTS,
+    allocate_outputs,
+    carry_forward,
+    check_common_arguments,
+    check_run_options,
+    finish_trajectory,
+    for_each_trajectory,
+    record_overlaps,
+    resolved_for,
+)
 
 ATTENTIONS = vocabulary.HYBRID_ATTENTIONS
 DEFAULT_DRAW_BATCH = 1024  # layers per buffered draw
@@ -36,45 +45,60 @@ __all__ = ["ATTENTIONS", "OUTPUTS", "simulate_hybrid", "simulate_hybrid_states"]
 
 
 @njit(nogil=True, cache=True)
-def _trajectory(rng, x, draw_start, beta, att, sigma, h, layers, ckpt, times, eps, batch,
+def _trajectory(rng, x, draw_start, beta, att, sigma, h, layers, ckpt, times, eps, batch, window,
                 out, r, states):
     """Integrate trajectory r and fill its entries of the outputs record out.
 
     As stochastic._trajectory: x (n, d); ckpt (nt,) int64, times (nt,); out `SphereOutcomes`;
-    states (ntraj, nt, n, d) NaN-filled, or (ntraj, 0, n, d) to skip them.
+    states (ntraj, nt, n, d) NaN-filled, or (ntraj, 0, n, d) to skip them; window: early
+    stopping's window (0: off; `stochastic` module docstring).
     """
     n, d = x.shape
     keep = states.shape[1] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
     ahat = np.empty((n, d))
     logscale = np.empty(n)
-    logits = np.empty(n)
-    g_work = np.empty((n, n))
+    w = np.empty((n, n))
+    g = np.empty((n, n))
+    norm2 = np.empty(n)
     sqrt_h = np.sqrt(h)
     buf = np.empty(0)
     pos = 0
     c = 0
+    fresh = False  # g holds the overlaps of x
     for layer in range(layers):
         if not ok:
             break
         if pos == buf.shape[0]:
             buf = rng.standard_normal(min(batch, layers - layer))
             pos = 0
-        attention(x, beta, att, ahat, logscale, logits)
-        ok = scaled_step(x, h + sigma * sqrt_h * buf[pos], logscale, ahat)
+        if not fresh:
+            gram(x, g)
+        attention(x, g, beta, att, ahat, logscale, w)
+        ok = scaled_step(x, h + sigma * sqrt_h * buf[pos], logscale, ahat, norm2)
         pos += 1
+        fresh = False
         if ok and layer + 1 == ckpt[c]:
-            record_checkpoint(x, eps, g_work, out, r, c)
+            gram(x, g)
+            fresh = True
+            record_overlaps(g, eps, out, r, c)
             if keep:
                 states[r, c] = x
+            if resolved_for(out, r, c, window):
+                carry_forward(out, r, c)
+                if keep:
+                    for b in range(c + 1, ckpt.shape[0]):
+                        states[r, b] = x
+                break
             c += 1
     finish_trajectory(out, r, ok, times)
 
 
 def _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, draw_batch, x0,
-         keep_states):
+         keep_states, stop_when_resolved, resolved_window, threads):
     ckpt = check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, attention,
                                   ATTENTIONS, eps)
+    window, threads = check_run_options(stop_when_resolved, resolved_window, threads)
     if not (np.isfinite(sigma) and sigma >= 0):
         raise ValueError(f"sigma = {sigma!r}, but the noise level must be finite and >= 0")
     batch = DEFAULT_DRAW_BATCH if draw_batch is None else int(draw_batch)
@@ -90,30 +114,37 @@ def _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, 
     states = np.full((ntraj, nt if keep_states else 0, n, d), np.nan)
     h = float(T) / layers
     times = h * ckpt.astype(np.float64)
-    for r, rng in enumerate(rngs):
+
+    def run_one(r):
         x = np.empty((n, d)) if x0 is None else x0[r].copy()
-        _trajectory(rng, x, x0 is None, float(beta), ATTENTION_CODES[attention], float(sigma), h,
-                    layers, ckpt, times, float(eps), batch, out, r, states)
+        _trajectory(rngs[r], x, x0 is None, float(beta), ATTENTION_CODES[attention], float(sigma),
+                    h, layers, ckpt, times, float(eps), batch, window, out, r, states)
+
+    for_each_trajectory(run_one, ntraj, threads)
     return out._asdict(), states
 
 
 def simulate_hybrid(rngs, *, n, d, beta, sigma, T, layers, checkpoint_layers, attention="sa",
-                    eps=1e-3, draw_batch=None):
+                    eps=1e-3, draw_batch=None, stop_when_resolved=False, resolved_window=2,
+                    threads=1):
     """Simulate len(rngs) trajectories of the hybrid noise model; one Generator each.
 
     Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise.
+    stop_when_resolved, resolved_window: early stopping (`stochastic` module docstring);
+    threads: trajectories run on this many threads (results do not depend on it).
     """
     out, _ = _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, draw_batch,
-                  None, False)
+                  None, False, stop_when_resolved, resolved_window, threads)
     return out
 
 
 def simulate_hybrid_states(rngs, *, n, d, beta, sigma, T, layers, checkpoint_layers, attention="sa",
-                           eps=1e-3, draw_batch=None, x0=None):
+                           eps=1e-3, draw_batch=None, x0=None, stop_when_resolved=False,
+                           resolved_window=2, threads=1):
     """As simulate_hybrid, also returning the states (ntraj, nt, n, d): (states, outputs).
 
     x0: optional (ntraj, n, d) start (rows are normalised); then no start normals are drawn.
     """
     out, states = _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps,
-                       draw_batch, x0, True)
+                       draw_batch, x0, True, stop_when_resolved, resolved_window, threads)
     return states, out

@@ -24,7 +24,9 @@ per-checkpoint outcome: declare it in `vocabulary`, write it in the record funct
 (`record_checkpoint`, or the model's own that calls it).
 """
 
+import threading
 from collections import namedtuple
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numba import njit
@@ -144,11 +146,42 @@ def record_checkpoint(x, eps, g_work, out, r, c):
     the per-checkpoint fields of OUTPUTS, (ntraj, nt) arrays.
     """
     gram(x, g_work)
-    lo, hi, lo_abs = overlap_extremes(g_work)
+    record_overlaps(g_work, eps, out, r, c)
+
+
+@njit(nogil=True, cache=True)
+def record_overlaps(g, eps, out, r, c):
+    """`record_checkpoint` from the overlaps g (n, n) of the state (kernels that have them)."""
+    lo, hi, lo_abs = overlap_extremes(g)
     out.overlap_min[r, c] = lo
     out.overlap_max[r, c] = hi
     out.cluster_class[r, c] = classify(lo, lo_abs, eps)
-    out.n_clusters[r, c] = count_clusters(g_work, eps)
+    out.n_clusters[r, c] = count_clusters(g, eps)
+
+
+@njit(nogil=True, cache=True)
+def resolved_for(out, r, c, window):
+    """True if trajectory r had one resolved class (single or antipodal) at checkpoints
+    c - window + 1 .. c; always False for window = 0 (early stopping off)."""
+    if window < 1 or c + 1 < window:
+        return False
+    cls = out.cluster_class[r, c]
+    if cls == UNRESOLVED:
+        return False
+    for b in range(c - window + 1, c):
+        if out.cluster_class[r, b] != cls:
+            return False
+    return True
+
+
+@njit(nogil=True, cache=True)
+def carry_forward(out, r, c):
+    """Copy trajectory r's per-checkpoint outputs at checkpoint c to every later checkpoint."""
+    for b in range(c + 1, out.cluster_class.shape[1]):
+        out.overlap_min[r, b] = out.overlap_min[r, c]
+        out.overlap_max[r, b] = out.overlap_max[r, c]
+        out.cluster_class[r, b] = out.cluster_class[r, c]
+        out.n_clusters[r, b] = out.n_clusters[r, c]
 
 
 @njit(nogil=True, cache=True)
@@ -212,3 +245,39 @@ def check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, atten
             f"layers = {layers}: e.g. np.linspace(0, {layers}, nt + 1)[1:].round().astype(int)"
         )
     return ckpt
+
+
+def check_run_options(stop_when_resolved, resolved_window, threads):
+    """Validate early stopping and threads; return (window, threads), window 0 when stopping is off."""
+    if int(resolved_window) != resolved_window or resolved_window < 1:
+        raise ValueError(f"resolved_window = {resolved_window!r}, but early stopping needs an integer "
+                         ">= 1 (consecutive resolved checkpoints)")
+    if int(threads) != threads or threads < 1:
+        raise ValueError(f"threads = {threads!r}, but it must be an integer >= 1")
+    return (int(resolved_window) if stop_when_resolved else 0), int(threads)
+
+
+def for_each_trajectory(run_one, ntraj, threads):
+    """Call run_one(r) for r in range(ntraj), on `threads` threads when > 1.
+
+    run_one must spend its time in a nogil kernel, and each trajectory owns its Generator and
+    writes only its own rows of the outputs, so the results do not depend on threads or on which
+    thread ran what. Trajectories are handed out one at a time (early-stopped ones are short).
+    """
+    if threads <= 1 or ntraj <= 1:
+        for r in range(ntraj):
+            run_one(r)
+        return
+    lock, todo = threading.Lock(), iter(range(ntraj))
+
+    def worker():
+        while True:
+            with lock:
+                r = next(todo, None)
+            if r is None:
+                return
+            run_one(r)
+
+    with ThreadPoolExecutor(min(threads, ntraj)) as pool:
+        for job in [pool.submit(worker) for _ in range(min(threads, ntraj))]:
+            job.result()

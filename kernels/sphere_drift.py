@@ -4,8 +4,9 @@ State x (n, d), tokens as rows. The drift is evaluated in the transposed layout 
 with the weight matrix stored key-major, e[j, i] = weight of key j for query i, so that every
 elementwise loop runs over the contiguous query index i with no reduction in it and vectorises
 without reassociation (no fastmath). The three products, logits e = x (P^T xt) (Q = K = I: the Gram
-x xt), the weighted sum at = xt e and, for general values, V_h at, are 2-D float64 `np.dot` calls,
-which numba hands to the BLAS dgemm that scipy ships (OpenBLAS): it returns the same bits for the
+x xt), the weighted sum at = xt e and, for general values, V_h at, are 2-D `np.dot` calls (float64,
+or float32: every function here takes either, `vecmath.vexp` picks the exponential), which numba
+hands to the BLAS gemm that scipy ships (OpenBLAS): it returns the same bits for the
 same inputs on the same machine (checked here with 1 and 2 OpenBLAS threads: threads split the
 output, not the sums), so runs stay deterministic; they agree with a plain NumPy evaluation to
 rounding, ~1e-15, not bitwise. Other sums (softmax normalisers, head combination, tangent
@@ -20,11 +21,10 @@ on the upper triangle j <= i only and mirrored, so the weight matrix is exactly 
 """
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from .vecmath import exp_vec, fma, tiny_like, vexp  # noqa: F401  (exp_vec, fma: re-exported)
 
 SA = 0
 USA = 1
@@ -39,82 +39,6 @@ V_GENERAL = 2
 TV_NONE = 0
 TV_COS = 1
 TV_ABS_COS = 2
-
-
-@intrinsic
-def _int64_bits_as_float64(typingctx, bits):
-    """Reinterpret the bits of an int64 as a float64 (for 2^k in `exp_vec`)."""
-    sig = types.float64(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-
-    return sig, codegen
-
-
-@intrinsic
-def _float64_bits_as_int64(typingctx, x):
-    """Reinterpret the bits of a float64 as an int64 (k from the rounding shifter in `exp_vec`)."""
-    sig = types.int64(types.float64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int64))
-
-    return sig, codegen
-
-
-@intrinsic
-def fma(typingctx, a, b, c):
-    """a * b + c with one rounding (IEEE fusedMultiplyAdd, llvm.fma: the same bits on every
-    machine, in hardware where there is an FMA unit); loops over it still vectorise."""
-    sig = types.float64(types.float64, types.float64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        f64 = ir.DoubleType()
-        fn = builder.module.declare_intrinsic("llvm.fma", [f64], ir.FunctionType(f64, [f64] * 3))
-        return builder.call(fn, args)
-
-    return sig, codegen
-
-
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01  # trailing zeros: k * _LN2_HI is exact for |k| < 2^11
-_LN2_LO = 1.90821492927058770002e-10
-_SHIFTER = 6755399441055744.0  # 1.5 * 2^52: t + _SHIFTER rounds t (|t| < 2^51) to an integer
-_SHIFTER_BITS = 0x4338000000000000  # its bits: those of t + _SHIFTER minus these = that integer
-_TINY = 2.2250738585072014e-308  # smallest normal float64
-
-
-@njit(nogil=True, cache=True, inline="always")
-def exp_vec(x):
-    """exp(x) within 1 ulp for |x| <= 708, written so that loops over it vectorise (libm's exp
-    does not): x = k ln2 + r (Cody-Waite), |r| <= ln2/2, e^r by its Taylor polynomial of degree 13
-    (truncation < 5e-18) in Horner form with fused multiply-adds, times 2^k built from its bits;
-    k = round(x log2 e) by the 1.5 * 2^52 shifter (no float-to-int conversion). x is clamped to
-    [-708, 708] (exp(-708) ~ 3e-308 stands in for smaller values: a weight relative to the row's
-    largest, 1); NaN stays NaN.
-    """
-    x = x if not (x < -708.0) else -708.0
-    x = x if not (x > 708.0) else 708.0
-    t = fma(x, _LOG2E, _SHIFTER)
-    kf = t - _SHIFTER
-    r = fma(-kf, _LN2_LO, fma(-kf, _LN2_HI, x))
-    p = 1.0 / 6227020800.0
-    p = fma(p, r, 1.0 / 479001600.0)
-    p = fma(p, r, 1.0 / 39916800.0)
-    p = fma(p, r, 1.0 / 3628800.0)
-    p = fma(p, r, 1.0 / 362880.0)
-    p = fma(p, r, 1.0 / 40320.0)
-    p = fma(p, r, 1.0 / 5040.0)
-    p = fma(p, r, 1.0 / 720.0)
-    p = fma(p, r, 1.0 / 120.0)
-    p = fma(p, r, 1.0 / 24.0)
-    p = fma(p, r, 1.0 / 6.0)
-    p = fma(p, r, 0.5)
-    p = fma(p, r, 1.0)
-    p = fma(p, r, 1.0)
-    ki = _float64_bits_as_int64(t) - _SHIFTER_BITS  # NaN: some k, p is NaN
-    return p * _int64_bits_as_float64((ki + 1023) << 52)
 
 
 @njit(nogil=True, cache=True)
@@ -139,7 +63,7 @@ def _weights(x, t, h, par, mats, ws):
         for j in range(n):
             ej = e[j, j:]
             for i in range(n - j):
-                ej[i] = exp_vec(beta * (ej[i] - c))
+                ej[i] = vexp(beta * (ej[i] - c))
         for j in range(n):
             ej = e[j]
             if causal:
@@ -151,15 +75,16 @@ def _weights(x, t, h, par, mats, ws):
         for i in range(n):
             mx[i] = beta * c
     else:
-        for p in range(d):
-            dp = 1.0
-            if tv_mode != TV_NONE:
+        if tv_mode == TV_NONE:  # P = Q^T K as it is (1.0 * m, the same bits)
+            np.dot(m[h].T, xt, yt)  # yt[:, i] = P^T x_i, so that logit_ij = beta <x_j, yt[:, i]>
+        else:
+            for p in range(d):
                 dp = amp[h, p] * np.cos(omega[h, p] * t + phase[h, p])
                 if tv_mode == TV_ABS_COS:
                     dp = abs(dp)
-            for q in range(d):
-                mt[p, q] = dp * m[h, p, q]
-        np.dot(mt.T, xt, yt)  # yt[:, i] = P(t)^T x_i, so that logit_ij = beta <x_j, yt[:, i]>
+                for q in range(d):
+                    mt[p, q] = dp * m[h, p, q]
+            np.dot(mt.T, xt, yt)
         np.dot(x, yt, e)
         for i in range(n):
             mx[i] = -np.inf
@@ -176,7 +101,7 @@ def _weights(x, t, h, par, mats, ws):
             for i in range(i0):
                 ej[i] = 0.0
             for i in range(i0, n):
-                ej[i] = exp_vec(ej[i] - mx[i])
+                ej[i] = vexp(ej[i] - mx[i])
     # normalisers: serial sums over keys j, vectorised over queries i
     for i in range(n):
         tot[i] = 0.0
@@ -240,8 +165,8 @@ def _head_sum(x, t, par, mats, ws, ls):
         else:  # combine heads in log-scale
             for i in range(n):
                 top = max(ls[i], lsh[i])
-                tot[i] = exp_vec(ls[i] - top)
-                mx[i] = exp_vec(lsh[i] - top)
+                tot[i] = vexp(ls[i] - top)
+                mx[i] = vexp(lsh[i] - top)
                 ls[i] = top
             for p in range(d):
                 for i in range(n):
@@ -321,7 +246,7 @@ def euler_step(x, t, h, par, mats, ws, ls):
         if moved[i] == 0.0:  # inc_i exactly 0: the token stays bitwise fixed
             continue
         nrm2 = norm2[i]
-        if not nrm2 >= _TINY:  # |y|^2 underflowed (or NaN): normalise y / max_k |y_k| first
+        if not nrm2 >= tiny_like(x):  # |y|^2 underflowed (or NaN): normalise y / max_k |y_k| first
             top = 0.0
             for k in range(d):
                 top = max(top, abs(yt[k, i]))
@@ -380,7 +305,7 @@ def retract(x, coef, ls, inc):
             yk = fx * x[i, k] + fa * inc[i, k]
             x[i, k] = yk
             norm2 += yk * yk
-        if not norm2 >= _TINY:  # |y|^2 underflowed (or NaN): normalise y / max_k |y_k| first
+        if not norm2 >= tiny_like(x):  # |y|^2 underflowed (or NaN): normalise y / max_k |y_k| first
             top = 0.0
             for k in range(d):
                 top = max(top, abs(x[i, k]))

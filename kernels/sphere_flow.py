@@ -15,8 +15,11 @@ Stable evaluation. Each head's row i is computed as A^h_i = exp(c^h_i) Ahat^h_i 
 overflows nor gives NaN. When Q = K = I (not time-varying, beta >= 0) the shift is the common
 constant beta max_k |x_k|^2 >= every logit (Cauchy-Schwarz), which makes the weight matrix symmetric:
 half the exponentials. Heads are combined in log-scale, so the drift is f_i = exp(c_i) fhat_i.
-The drift and the steps live in `sphere_drift` (re-exported here): products by BLAS dgemm, the rest
-in loops that vectorise, deterministic (not bitwise equal to a NumPy evaluation: ~1e-15).
+The drift and the steps live in `sphere_drift` (re-exported here): products by BLAS gemm, the rest
+in loops that vectorise, deterministic (not bitwise equal to a NumPy evaluation: ~1e-15). Euler with
+Q = K = I, V = +-I, one head, not time-varying, beta >= 0 runs on `sphere_symmetric`: the same
+bits, faster (the state kept transposed, one pass for the exponentials), and for d > n in the span
+of the start (an isometry: same outcomes, rounding ~1e-15 apart).
 
 Integrators, h = T / layers, t_k = k h:
 - euler (retraction Euler, the papers' scheme): x <- N(x + h f(x, t)), with the scale e^{c_i} put
@@ -27,8 +30,8 @@ Stages are evaluated in the ambient space with the same formula (F(y) = A(y) - <
 |y| = 1 invariant), and only the step's end is normalised. Heun and RK4 form e^{c} fhat explicitly;
 a USA run whose scale overflows is reported as non-finite.
 
-Outcomes at each checkpoint (`OUTPUTS`, declared in `vocabulary`): the shared ones of `outcomes`
-(overlap extremes, cluster class, cluster count, t_hit, nonfinite) and
+Outcomes at each checkpoint (`OUTPUTS`, declared in `vocabulary`, computed in `sphere_outcomes`):
+the shared ones of `outcomes` (overlap extremes, cluster class, cluster count, t_hit, nonfinite) and
 - frac_close: fraction of pairs i < j with <x_i, x_j> >= 1 - delta ([GLPR-P] Fig. 3; 1 when n = 1);
 - energy: E_beta = (1/(2 beta n^2)) sum_ij exp(beta <x_i, x_j>), evaluated as exp(shift + log(...)),
   inf only if the value itself exceeds float64; for beta = 0 the limit of E_beta - 1/(2 beta), i.e.
@@ -44,6 +47,11 @@ values NaN/0/False the output record was allocated with (`outcomes.allocate_outp
 When only the start is random (no matrix ensemble, no random schedule) the starts' normals are drawn
 in Python (`Generator.standard_normal`, the same numbers numba draws) and blocks of trajectories
 are integrated by one call (`trajectories_from_normals`); otherwise one `trajectory` call each.
+`threads` > 1 runs those calls on a thread pool (`blocks.run_blocks`): the same bits.
+
+Precision: `precision="float32"` runs the state, the matrices and the drift in float32 (the starts
+and the random matrices are drawn in float64 and rounded; the outcomes are computed in float64
+from the state): 1.6-1.8 times the speed at large n d, the statistics of float64 (tests).
 """
 
 import numpy as np
@@ -51,11 +59,12 @@ from numba import njit
 
 from tokensweep.kernels import cache  # noqa: F401  (numba's cache folder, before any decoration)
 from tokensweep.kernels import outcomes, vocabulary
+from tokensweep.kernels import sphere_symmetric as symmetric
+from tokensweep.kernels.blocks import block_size, run_blocks, start_normals
 from tokensweep.kernels.ensembles import (
     draw_frequencies,
     draw_start,
     draw_weights,
-    in_open_hemisphere,
     qk_products,
     shape_start,
 )
@@ -77,6 +86,7 @@ from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift
     retract,
     step,
 )
+from tokensweep.kernels.sphere_outcomes import energy, frac_close, memory, record  # noqa: F401
 
 ATTENTIONS = vocabulary.SPHERE_FLOW_ATTENTIONS
 INTEGRATOR_CODES = dict(zip(vocabulary.SPHERE_FLOW_INTEGRATORS, (EULER, HEUN, RK4)))
@@ -86,80 +96,38 @@ SphereFlowOutcomes = outcomes.record_class("SphereFlowOutcomes", OUTPUTS, __name
 
 
 @njit(nogil=True, cache=True)
-def workspace(n, d, heads):
-    """Scratch arrays of `sphere_drift.drift` / `euler_step`: (xt, yt, at, bt, ft (d, n);
-    e (n, n); tot, mx, lsh, u1, u2 (n,); mt (d, d)). Defined here, next to its caller `trajectory`
-    (a cached function returning arrays, defined in another module than its cached caller, fails
-    to box its result when later called from Python: numba 0.68)."""
-    return (np.empty((d, n)), np.empty((d, n)), np.empty((d, n)), np.empty((d, n)),
-            np.empty((d, n)), np.empty((n, n)), np.empty(n), np.empty(n), np.empty(n),
-            np.empty(n), np.empty(n), np.empty((d, d)))
+def workspace(n, d, heads, proto):
+    """Scratch arrays of `sphere_drift.drift` / `euler_step` in the dtype of proto: (xt, yt, at,
+    bt, ft (d, n); e (n, n); tot, mx, lsh, u1, u2 (n,); mt (d, d)). Defined here, next to its
+    caller `trajectory` (a cached function returning arrays, defined in another module than its
+    cached caller, fails to box its result when later called from Python: numba 0.68)."""
+    dt = proto.dtype
+    return (np.empty((d, n), dt), np.empty((d, n), dt), np.empty((d, n), dt),
+            np.empty((d, n), dt), np.empty((d, n), dt), np.empty((n, n), dt), np.empty(n, dt),
+            np.empty(n, dt), np.empty(n, dt), np.empty(n, dt), np.empty(n, dt),
+            np.empty((d, d), dt))
 
 
 @njit(nogil=True, cache=True)
-def frac_close(g, delta):
-    """Fraction of pairs i < j with g[i, j] >= 1 - delta; 1 when n = 1. g: (n, n) overlaps."""
-    n = g.shape[0]
-    if n < 2:
-        return 1.0
-    count = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            if g[i, j] >= 1.0 - delta:
-                count += 1
-    return count / (n * (n - 1) / 2)
-
-
-@njit(nogil=True, cache=True)
-def energy(g, beta):
-    """E_beta = (1/(2 beta n^2)) sum_ij exp(beta g_ij), shifted for range; beta = 0: the limit of
-    E_beta - 1/(2 beta), sum_ij g_ij / (2 n^2). g: (n, n) overlaps."""
-    n = g.shape[0]
-    if beta == 0.0:
-        acc = 0.0
-        for i in range(n):
-            for j in range(n):
-                acc += g[i, j]
-        return acc / (2.0 * n * n)
-    top = -np.inf
-    for i in range(n):
-        for j in range(n):
-            top = max(top, beta * g[i, j])
-    col = np.zeros(n)  # column sums (vectorised over j), then their serial sum
-    for i in range(n):
-        gi = g[i]
-        for j in range(n):
-            col[j] += exp_vec(beta * gi[j] - top)
-    acc = 0.0
-    for j in range(n):
-        acc += col[j]
-    return np.sign(beta) * np.exp(top + np.log(acc / (2.0 * abs(beta) * n * n)))
-
-
-@njit(nogil=True, cache=True)
-def record(x, beta, delta, eps, g, out, r, c):
-    """All per-checkpoint outcomes of trajectory r's state x (n, d) at checkpoint c, into the
-    `SphereFlowOutcomes` record out; g: (n, n) scratch."""
-    outcomes.record_checkpoint(x, eps, g, out, r, c)  # leaves the overlaps in g
-    out.frac_close[r, c] = frac_close(g, delta)
-    out.energy[r, c] = energy(g, beta)
-    out.in_hemisphere[r, c] = in_open_hemisphere(x, 1e-9)
-
-
-@njit(nogil=True, cache=True)
-def _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
-               delta, eps, out, r, states):
-    """Integrate trajectory r from the start x (n, d) (ok: the start is valid) and fill its entries
-    of out and states (`trajectory`). rng: the trajectory's Generator, for the redraws every
-    `period` steps, or None where nothing is ever redrawn (then q, k are not used)."""
+def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
+               delta, eps, out, r, states, proto):
+    """Integrate trajectory r from the start x0 (n, d) (ok: the start is valid) and fill its
+    entries of out and states (`trajectory`). rng: the trajectory's Generator, for the redraws
+    every `period` steps, or None where nothing is ever redrawn (then q, k are not used).
+    proto: an array of the working dtype: the state and the matrices m, v are copies in it,
+    refreshed after each redraw (drawn in float64); outputs come from a float64 copy."""
     beta = par[0]
     m, v = mats[0], mats[1]
     q_kind, k_kind, v_kind = kinds
-    n, d = x.shape
-    ws = workspace(n, d, m.shape[0])
-    stages = np.empty((5, n, d))
+    n, d = x0.shape
+    x = x0.astype(proto.dtype)
+    mw, vw = m.astype(proto.dtype), v.astype(proto.dtype)
+    mats_w = (mw, vw, mats[2], mats[3], mats[4])
+    ws = workspace(n, d, m.shape[0], proto)
+    stages = np.empty((5, n, d), proto.dtype)
     ls = np.empty(n)
     g = np.empty((n, n))
+    memo = memory(d)
     redraw = q_kind != 0 or k_kind != 0 or v_kind != 0
     c = 0
     if ok:
@@ -167,26 +135,29 @@ def _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integ
             if period > 0 and s > 0 and s % period == 0 and redraw:
                 if rng is not None:
                     draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m)
-            if not step(x, s * h, h, integrator, par, mats, ws, stages, ls):
+                    mw[:, :, :] = m
+                    vw[:, :, :] = v
+            if not step(x, s * h, h, integrator, par, mats_w, ws, stages, ls):
                 ok = False
                 break
             if s + 1 == ckpt[c]:
-                record(x, beta, delta, eps, g, out, r, c)
+                xr = x.astype(np.float64)
+                record(xr, beta, delta, eps, g, out, r, c, memo)
                 if states.shape[1] > 0:
-                    states[r, c] = x
+                    states[r, c] = xr
                 c += 1
     outcomes.finish_trajectory(out, r, ok, times)
 
 
 @njit(nogil=True, cache=True)
 def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, q, k, v,
-               tv, period, delta, eps, out, r, states):
+               tv, period, delta, eps, out, r, states, proto):
     """Integrate trajectory r and fill its entries of the outputs record out.
 
     kinds: (q_kind, k_kind, v_kind) ensemble codes. q, k, v: (H, d, d) fixed matrices (overwritten
     where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
     out: `SphereFlowOutcomes` from `outcomes.allocate_outputs`. states: (ntraj, nt, n, d)
-    NaN-filled, or (ntraj, 0, n, d) to skip.
+    NaN-filled, or (ntraj, 0, n, d) to skip. proto: an array of the working dtype.
     """
     amp, omega, phase, random_frequencies = tv
     q_kind, k_kind, v_kind = kinds
@@ -198,12 +169,12 @@ def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, 
         draw_frequencies(rng, omega, phase)
     mats = (m, v, amp, omega, phase)
     _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
-               delta, eps, out, r, states)
+               delta, eps, out, r, states, proto)
 
 
 @njit(nogil=True, cache=True)
 def trajectories_from_normals(z, r0, init, mats, h, layers, ckpt, times, par, integrator,
-                              delta, eps, out, states):
+                              delta, eps, out, states, proto):
     """Trajectories r0, r0 + 1, ... of a run whose only random draw is the start: z (B, n, d) holds
     each one's n*d standard normals (row-major, as `draw_start` draws them; overwritten).
     mats: (m, v, amp, omega, phase) fixed. Fills rows r0 to r0 + B - 1 of out and states."""
@@ -212,7 +183,7 @@ def trajectories_from_normals(z, r0, init, mats, h, layers, ckpt, times, par, in
         x = z[b]
         ok = shape_start(init, x)
         _integrate(x, ok, None, kinds, mats[0], mats[0], mats, h, layers, ckpt, times, par,
-                   integrator, 0, delta, eps, out, r0 + b, states)
+                   integrator, 0, delta, eps, out, r0 + b, states, proto)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,10 +288,15 @@ def _resolve_time_varying(time_varying, heads, d):
     return None, mode, *arrays, False
 
 
+PRECISIONS = dict(zip(vocabulary.FLOW_PRECISIONS, (np.float64, np.float32)))
+
+
+
 def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, attention="sa",
                          integrator="euler", heads=1, qk="identity", value="identity",
                          matrices=None, period=0, time_varying=None, init="uniform_sphere",
-                         delta=1e-3, eps=1e-3, rst_scaling=False, return_states=False):
+                         delta=1e-3, eps=1e-3, rst_scaling=False, return_states=False,
+                         precision="float64", threads=1):
     """Integrate one deterministic attention flow per Generator in `rngs`; return `OUTPUTS` arrays.
 
     rngs: sequence of numpy Generators, one per trajectory (ntraj). h = T / layers; checkpoint c is
@@ -334,6 +310,10 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     init: "uniform_sphere", "hemisphere" (of e_1), "equiangular" (needs d >= n).
     delta: frac_close threshold; eps: clustering threshold. rst_scaling: divide heads by sqrt(d).
     return_states: also return "states" (ntraj, nt, n, d).
+    precision: "float64" or "float32", the arithmetic of the state and the drift (the starts are
+    drawn in float64, the outputs computed in float64 from the state at each checkpoint).
+    threads: integrate blocks of trajectories on this many threads (each trajectory's result is
+    the same bits whatever the threads; BLAS runs single-threaded inside each, see `run_blocks`).
     Returns {name: array} with (ntraj, nt) per-checkpoint and (ntraj,) per-trajectory outputs.
     """
     from tokensweep.kernels.ensembles import FIXED, INIT_CODES, QK
@@ -354,7 +334,12 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                          "raise d or use init = 'uniform_sphere'")
     if not (0.0 < delta < 1.0):
         raise ValueError(f"delta = {delta!r}, but the frac_close threshold needs 0 < delta < 1")
-    heads = int(heads)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision = {precision!r} is unknown: use one of {tuple(PRECISIONS)}")
+    if int(threads) != threads or threads < 1:
+        raise ValueError(f"threads = {threads!r}, but the number of threads must be an integer >= 1")
+    heads, threads, rngs = int(heads), int(threads), list(rngs)
+    proto = np.empty(0, PRECISIONS[precision])
     preset, tv_mode, amp, omega, phase, random_freq = _resolve_time_varying(time_varying, heads, d)
     q, k, v, kinds, qk_identity, v_code = _resolve_weights(heads, d, qk, value, matrices, preset)
     h = T / layers
@@ -368,26 +353,35 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     times = h * ckpt.astype(np.float64)
     codes = (INTEGRATOR_CODES[integrator], INIT_CODES[init])
     q_kind, k_kind, v_kind = kinds
-    if q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq:
+    fixed = q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq
+    args = (h, layers, ckpt, times)
+    if fixed and symmetric.applies(codes[0], par, heads):
+        # Q = K = I, V = +-I, one head, Euler: the symmetric path (`sphere_symmetric`)
+        par_t = (float(beta), kind == USA, par[2], -1.0 if v_code == V_MINUS_IDENTITY else 1.0,
+                 log_scale0)
+        reduce = symmetric.SPAN_REDUCTION and d > n
+
+        def work(r0, r1):
+            symmetric.integrate_t(start_normals(rngs, r0, r1, n, d), r0, codes[1], *args, par_t,
+                                  float(delta), float(eps), out, states, proto, reduce)
+    elif fixed:
         # nothing but the start is random: draw the starts' normals here (the same numbers as
         # `draw_start`), integrate a block of trajectories per call (no per-trajectory dispatch)
         m = np.empty_like(q)
         qk_products(q, k, v, v_kind, m)
         mats = (m, v, amp, omega, phase)
-        block = max(1, (1 << 18) // (n * d))
-        rng_iter = iter(rngs)
-        for r0 in range(0, ntraj, block):
-            z = np.empty((min(block, ntraj - r0), n, d))
-            for b in range(z.shape[0]):
-                next(rng_iter).standard_normal(out=z[b])
-            trajectories_from_normals(z, r0, codes[1], mats, h, layers, ckpt, times, par,
-                                      codes[0], float(delta), float(eps), out, states)
+
+        def work(r0, r1):
+            trajectories_from_normals(start_normals(rngs, r0, r1, n, d), r0, codes[1], mats, *args,
+                                      par, codes[0], float(delta), float(eps), out, states, proto)
     else:
-        for r, rng in enumerate(rngs):
-            tv = (amp.copy(), omega.copy(), phase.copy(), random_freq)
-            trajectory(rng, n, d, h, layers, ckpt, times, par, codes[0], codes[1], kinds, q.copy(),
-                       k.copy(), v.copy(), tv, int(period), float(delta), float(eps), out, r,
-                       states)
+        def work(r0, r1):
+            for r in range(r0, r1):
+                tv = (amp.copy(), omega.copy(), phase.copy(), random_freq)
+                trajectory(rngs[r], n, d, *args, par, codes[0], codes[1], kinds, q.copy(),
+                           k.copy(), v.copy(), tv, int(period), float(delta), float(eps), out,
+                           r, states, proto)
+    run_blocks(ntraj, block_size(ntraj, n, d, threads, fixed), threads, work)
     out = out._asdict()
     if return_states:
         out["states"] = states

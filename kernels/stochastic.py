@@ -32,6 +32,26 @@ general path's; `_run` picks it, tests compare the two with `_SPECIALISE` switch
 USA carries its scale e^{beta max_j <x_i,x_j>} / n as a log (attention.scaled_step), so beta up to
 1e3 neither overflows nor gives NaN. Outputs: `outcomes.OUTPUTS`, recorded after each layer count in
 checkpoint_layers (checkpoint time h * layer) into one record for all trajectories (`outcomes`).
+
+Early stopping (opt-in, stop_when_resolved=True; also `hybrid`). A trajectory whose cluster class
+was the same resolved class (single or antipodal: every pair within eps of +1, resp. of +-1 with
+one pair near -1) at resolved_window consecutive checkpoints stops integrating after the last of
+them; every later checkpoint repeats that checkpoint's outputs (overlaps, class, cluster count,
+state), and t_hit follows from the repeated classes as usual. Checks happen only at checkpoints,
+where the outcomes are computed anyway, so the window spans (resolved_window - 1) checkpoint
+intervals of model time: that span, not a layer count, is what guards against a pair that leaves
+a boundary again (near -1 when beta < beta_c, where -1 does not attract). Up to the stop every
+output is bit-identical to the full run (same stream, same operations); after it the carried
+values are the stop's, not the full run's, so early stopping is an approximation whose error is
+the probability of leaving a resolved class later (measured: benchmarks/bench_early_stop.py).
+It is safe where the resolved classes attract (two tokens; beta above beta_c for antipodal
+pairs); for n > 2 a split into two opposite clusters need not be absorbing (n = 3, d = 4,
+beta = 2, window 2: 21 % of the final classes differ from the full run's).
+The stream stays a function of (seed, cell, trajectory): a stopped trajectory draws nothing more.
+
+Threads (threads > 1): trajectories are handed out one at a time to a pool of threads; each has
+its own Generator and writes its own rows, and the kernels release the GIL, so the outputs do not
+depend on the thread count.
 """
 
 import numpy as np
@@ -43,17 +63,28 @@ from .attention import (
     ATTENTION_CODES,
     CAUSAL_SA,
     USA,
-    normalize_row,
     attention,
     gaussian_values,
+    gram,
     householder_r,
     literal_values,
+    normalize_row,
     normalize_rows,
     scaled_step,
     uniform_start,
 )
-from .outcomes import OUTPUTS, allocate_outputs, check_common_arguments, finish_trajectory
-from .outcomes import record_checkpoint
+from .outcomes import (
+    OUTPUTS,
+    allocate_outputs,
+    carry_forward,
+    check_common_arguments,
+    check_run_options,
+    finish_trajectory,
+    for_each_trajectory,
+    record_checkpoint,
+    record_overlaps,
+    resolved_for,
+)
 
 ATTENTIONS = vocabulary.STOCHASTIC_ATTENTIONS
 NOISES = vocabulary.NOISES
@@ -69,14 +100,15 @@ __all__ = [
 
 @njit(nogil=True, cache=True)
 def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times, eps, batch,
-                out, r, states):
+                window, out, r, states):
     """Integrate trajectory r and fill its entries of the outputs record out.
 
     x: (n, d) state; drawn from rng when draw_start, else the given start (normalised here).
     ckpt: (nt,) int64 layer counts; times: (nt,) their times h * ckpt. out: `SphereOutcomes`
     from `allocate_outputs` (checkpoints not reached keep their missing values).
     states: (ntraj, nt, n, d) NaN-filled, row r gets the checkpoint states; or (ntraj, 0, n, d).
-    batch: layers per buffered draw.
+    batch: layers per buffered draw. window: early stopping's window (0: off; module docstring).
+    The overlaps of a checkpoint's state are also the next layer's logits: computed once.
     """
     n, d = x.shape
     keep = states.shape[1] > 0
@@ -85,35 +117,53 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times,
     per_layer = rank * d if noise == GAUSSIAN else d * d
     ahat = np.empty((n, d))
     direction = np.empty((n, d))
-    work = np.empty((n, d))
     rfac = np.zeros((rank, n))
     logscale = np.empty(n)
-    logits = np.empty(n)
-    g_work = np.empty((n, n))
+    w = np.empty((n, n))
+    g = np.empty((n, n))
+    norm2 = np.empty(n)
     sqrt_h = np.sqrt(h)
     buf = np.empty(0)
     pos = 0
     c = 0
+    fresh = False  # g holds the overlaps of x
     for layer in range(layers):
         if not ok:
             break
         if pos == buf.shape[0]:
             buf = rng.standard_normal(min(batch, layers - layer) * per_layer)
             pos = 0
-        attention(x, beta, att, ahat, logscale, logits)
+        if not fresh:
+            gram(x, g)
+        attention(x, g, beta, att, ahat, logscale, w)
         if noise == GAUSSIAN:
-            householder_r(ahat, work, rfac)
+            householder_r(ahat, rfac)
             gaussian_values(rfac, buf, pos, s, direction)
         else:
             literal_values(buf, pos, ahat, s, direction)
         pos += per_layer
-        ok = scaled_step(x, sqrt_h, logscale, direction)
+        ok = scaled_step(x, sqrt_h, logscale, direction, norm2)
+        fresh = False
         if ok and layer + 1 == ckpt[c]:
-            record_checkpoint(x, eps, g_work, out, r, c)
+            gram(x, g)
+            fresh = True
+            record_overlaps(g, eps, out, r, c)
             if keep:
                 states[r, c] = x
+            if resolved_for(out, r, c, window):
+                _stop(out, r, c, states, x)
+                break
             c += 1
     finish_trajectory(out, r, ok, times)
+
+
+@njit(nogil=True, cache=True)
+def _stop(out, r, c, states, x):
+    """Early stop after checkpoint c: carry its outputs (and state) to the later checkpoints."""
+    carry_forward(out, r, c)
+    if states.shape[1] > 0:
+        for b in range(c + 1, states.shape[1]):
+            states[r, b] = x
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -180,7 +230,7 @@ def _pair_step_row(x, i, d, coef, c, f0, f1, buf, off):
 
 @njit(nogil=True, cache=True)
 def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times, eps, batch,
-                     out, r, states):
+                     window, out, r, states):
     """`_trajectory` for n = 2 tokens and the gaussian noise path (noise is not read).
 
     Same arguments, same random stream, and bit-identical results: the same floating-point
@@ -254,14 +304,18 @@ def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, t
             record_checkpoint(x, eps, g_work, out, r, c)
             if keep:
                 states[r, c] = x
+            if resolved_for(out, r, c, window):
+                _stop(out, r, c, states, x)
+                break
             c += 1
     finish_trajectory(out, r, ok, times)
 
 
 def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
-         draw_batch, x0, keep_states):
+         draw_batch, x0, keep_states, stop_when_resolved, resolved_window, threads):
     ckpt = check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, attention,
                                   ATTENTIONS, eps)
+    window, threads = check_run_options(stop_when_resolved, resolved_window, threads)
     if noise not in NOISES:
         raise ValueError(f"noise = {noise!r} is unknown: use one of {NOISES}")
     if not (np.isfinite(value_std) and value_std >= 0):
@@ -282,33 +336,40 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
     times = h * ckpt.astype(np.float64)
     att, code = ATTENTION_CODES[attention], GAUSSIAN if noise == "gaussian" else LITERAL
     trajectory = _trajectory_pair if (n == 2 and code == GAUSSIAN and _SPECIALISE) else _trajectory
-    for r, rng in enumerate(rngs):
+
+    def run_one(r):
         x = np.empty((n, d)) if x0 is None else x0[r].copy()
-        trajectory(rng, x, x0 is None, float(beta), att, code, float(value_std), h, layers, ckpt,
-                   times, float(eps), batch, out, r, states)
+        trajectory(rngs[r], x, x0 is None, float(beta), att, code, float(value_std), h, layers,
+                   ckpt, times, float(eps), batch, window, out, r, states)
+
+    for_each_trajectory(run_one, ntraj, threads)
     return out._asdict(), states
 
 
 def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,
-                                    attention="sa", noise="gaussian", eps=1e-3, draw_batch=None):
+                                    attention="sa", noise="gaussian", eps=1e-3, draw_batch=None,
+                                    stop_when_resolved=False, resolved_window=2, threads=1):
     """Simulate len(rngs) trajectories of the deep stochastic transformer; one Generator each.
 
     Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise,
     nt = len(checkpoint_layers). draw_batch: layers per buffered draw (results do not depend on it).
+    stop_when_resolved, resolved_window: early stopping (module docstring). threads: trajectories
+    run on this many threads (results do not depend on it).
     """
     out, _ = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
-                  draw_batch, None, False)
+                  draw_batch, None, False, stop_when_resolved, resolved_window, threads)
     return out
 
 
 def simulate_stochastic_states(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,
-                               attention="sa", noise="gaussian", eps=1e-3, draw_batch=None, x0=None):
+                               attention="sa", noise="gaussian", eps=1e-3, draw_batch=None, x0=None,
+                               stop_when_resolved=False, resolved_window=2, threads=1):
     """As simulate_stochastic_transformer, also returning the states: (states, outputs).
 
-    states: (ntraj, nt, n, d) tokens at each checkpoint (NaN after a non-finite step).
-    x0: optional (ntraj, n, d) start (rows are normalised); then the stream starts with layer 0's
-    noise, no start normals are drawn.
+    states: (ntraj, nt, n, d) tokens at each checkpoint (NaN after a non-finite step; an
+    early-stopped trajectory repeats its last state). x0: optional (ntraj, n, d) start (rows are
+    normalised); then the stream starts with layer 0's noise, no start normals are drawn.
     """
     out, states = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise,
-                       eps, draw_batch, x0, True)
+                       eps, draw_batch, x0, True, stop_when_resolved, resolved_window, threads)
     return states, out

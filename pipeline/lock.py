@@ -4,6 +4,10 @@ The lock is created atomically (O_CREAT | O_EXCL) as ``STORE.lock``, holding the
 process id and start time of the sweep that writes the store. A second sweep is refused
 with a message naming the owner. A lock whose owner died (same host, process gone) is
 reported as stale but never broken silently: ``tokensweep unlock STORE`` breaks it.
+
+The lock is taken before the store is created, resumed or grown (`store.prepare_store`): two
+sweeps started at once on one new store meet here, and the second is refused with the owner's
+name, instead of finding a half-created store.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ def _alive(owner: dict) -> bool | None:
 def store_lock(store: str | Path):
     """Hold the store's lock for the duration of the block; refuse if someone else holds it."""
     path = lock_path(store)
+    path.parent.mkdir(parents=True, exist_ok=True)  # taken before the store is created
     owner = {"host": socket.gethostname(), "pid": os.getpid(),
              "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any, Union
@@ -40,6 +41,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 MAX_CELLS = 10_000_000
 SPEC_ATTR = "tokensweep_spec"  # the store attribute holding a cube's spec as JSON
 MAX_LAYERS = 100_000_000
+MAX_CHECKPOINTS = 100_000
+MAX_TRAJECTORIES = 1_000_000_000  # per cell; the store-size limit usually refuses far fewer
+MAX_TOKENS = MAX_DIMENSION = 4096  # n and d: an n x n attention or a d x d matrix per trajectory
+MAX_STORE_GIB = 20.0  # default of the store-size limit; TOKENSWEEP_MAX_STORE_GIB changes it
 
 
 class SpecError(ValueError):
@@ -55,14 +60,29 @@ def _axis_values(value: Any, field: str) -> list:
                 f"a range needs exactly the keys start, stop, num; got {sorted(value)}"
             )
         num = value["num"]
-        if not isinstance(num, int) or num < 1:
-            raise ValueError(f"num must be a positive integer, got {num!r}")
-        return np.linspace(float(value["start"]), float(value["stop"]), num).round(12).tolist()
+        if not isinstance(num, int) or isinstance(num, bool) or not 1 <= num <= MAX_CELLS:
+            raise ValueError(f"num must be an integer from 1 to {MAX_CELLS}, got {_short(num)}")
+        for key in ("start", "stop"):
+            end = value[key]
+            if not isinstance(end, (int, float)) or isinstance(end, bool) or not math.isfinite(end):
+                raise ValueError(f"{key} must be a finite number, got {_short(end)}: "
+                                 "write e.g. {start: 0, stop: 3, num: 7}")
+        with np.errstate(all="ignore"):
+            values = np.linspace(float(value["start"]), float(value["stop"]), num).round(12)
+        if not np.isfinite(values).all():
+            raise ValueError("the range from start to stop overflows: use smaller numbers")
+        return values.tolist()
     if isinstance(value, (list, tuple)):
         if len(value) == 0:
             raise ValueError("is empty: give at least one value")
         return list(value)
     return [value]
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """repr of a value, cut to one short line for an error message."""
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Strict(BaseModel):
@@ -108,6 +128,16 @@ class Grid(_Strict):
             )
         return values
 
+    @field_validator("d", "n")
+    @classmethod
+    def _bounded(cls, values, info):
+        limit = MAX_DIMENSION if info.field_name == "d" else MAX_TOKENS
+        bad = [v for v in values if v > limit]
+        if bad:
+            raise ValueError(f"contains {_short(bad)}, more than tokensweep runs ({limit}): "
+                             f"remove them from grid.{info.field_name}")
+        return values
+
     @field_validator("n")
     @classmethod
     def _token_count(cls, values):
@@ -131,6 +161,8 @@ class Time(_Strict):
             raise ValueError(f"must be a positive count or a list of times, got {value}")
         if isinstance(value, tuple) and not value:
             raise ValueError("is an empty list: give at least one time")
+        if (len(value) if isinstance(value, tuple) else value) > MAX_CHECKPOINTS:
+            raise ValueError(f"records more than {MAX_CHECKPOINTS} checkpoints: record fewer")
         return value
 
     @model_validator(mode="after")
@@ -184,6 +216,22 @@ class SweepBase(_Strict):
     store: str = ""
     partition_traj: int = Field(default=0, ge=0)
 
+    @field_validator("trajectories")
+    @classmethod
+    def _bounded_trajectories(cls, value):
+        if value > MAX_TRAJECTORIES:
+            raise ValueError(f"{value} per cell is more than tokensweep runs (at most "
+                             f"{MAX_TRAJECTORIES}, for a store of at most {MAX_STORE_GIB:g} GiB by "
+                             "default): lower it")
+        return value
+
+    @field_validator("store")
+    @classmethod
+    def _path_like(cls, value):
+        if "\x00" in value:
+            raise ValueError("contains a NUL character: give a plain path")
+        return value
+
     @model_validator(mode="after")
     def _defaults_and_size(self):
         if not self.store:
@@ -219,51 +267,88 @@ def refuse(field: str, text: str) -> ValueError:
 # -- parsing: plain data or a YAML file -> the spec class of the model it names ---------------
 
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.]*): ")
+_NAME = re.compile(r"^[A-Za-z_]\w*$|^\d+$")  # a field or a list index, not a union member's tag
+_UNION_TAGS = {"int", "float", "str", "bool", "list", "tuple", "dict", "none"}
 
 
 def _format_errors(err: ValidationError, model: str | None, names: list[str]) -> str:
-    lines = []
+    """One line, `field: problem[; field: problem...]`, each problem saying how to fix it."""
+    problems: dict[str, tuple[list[str], str]] = {}  # field -> problems, the value given
     for e in err.errors():
         loc = [str(p) for p in e["loc"] if p != model]
-        field = ".".join(loc) or "spec"
+        path = [p for p in loc if _NAME.match(p) and p not in _UNION_TAGS]
+        field = ".".join(path) or "spec"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = f"unknown key {loc[-1]!r}: remove it or check its spelling"
+            msg = f"unknown key {_short(loc[-1])}: remove it or check its spelling"
         elif e["type"] == "union_tag_invalid":
             field = "model"
-            msg = f"unknown model {e['ctx']['tag']!r}: choose one of {', '.join(names)}"
+            msg = f"unknown model {_short(e['ctx']['tag'])}: choose one of {', '.join(names)}"
         elif e["type"] == "union_tag_not_found":
             field, msg = "model", f"missing: choose one of {', '.join(names)}"
-        elif "input" in e and e["type"] not in ("value_error", "missing"):
-            msg = f"{msg} (got {e['input']!r})"
+        elif e["type"] == "missing":
+            msg = "missing: add it (catalog/quickstart.yaml shows every field)"
         named = _FIELD_PREFIX.match(msg)  # a cross-field check, or a part of this field, names it
         if named and (field == "spec" or named.group(1).startswith(field + ".")):
             field, msg = msg.split(": ", 1)
-        lines.append(f"{field}: {msg}")
-    return "invalid spec:\n  " + "\n  ".join(lines)
+        got = f" (got {_short(e['input'])})" if "input" in e and e["type"] not in (
+            "value_error", "missing", "extra_forbidden", "union_tag_invalid",
+            "union_tag_not_found") else ""
+        msgs, _ = problems.setdefault(field, ([], got))
+        if msg not in msgs:
+            msgs.append(msg)
+    # a field that fits none of a union's types has one problem per type: "... or ..."
+    return "; ".join(f"{field}: {' or '.join(msgs)}{got}" for field, (msgs, got) in problems.items()) \
+        .replace("\n", " ")
 
 
 def parse_sweep(data: dict, **overrides) -> SweepBase:
-    """Validate plain data (e.g. loaded YAML) into its model's spec; None overrides are ignored."""
+    """Validate plain data (e.g. loaded YAML) into its model's spec; None overrides are ignored.
+
+    Raises SpecError, with one line `field: problem`, for anything that cannot run.
+    """
     from .models import registry, sweep_adapter
 
     if not isinstance(data, dict):
-        raise SpecError(f"a spec must be a mapping of fields, got {type(data).__name__}")
+        raise SpecError(f"spec: a spec is a mapping of fields (name: ..., model: ...), "
+                        f"got {type(data).__name__}")
     data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
     try:
         return sweep_adapter().validate_python(data)
     except ValidationError as err:
-        raise SpecError(_format_errors(err, data.get("model"), list(registry()))) from None
+        model = data.get("model") if isinstance(data.get("model"), str) else None
+        raise SpecError(_format_errors(err, model, list(registry()))) from None
 
 
 def load_sweep(path: str | Path, **overrides) -> SweepBase:
-    """Read a YAML spec file (or a catalog name) and validate it."""
+    """Read a YAML spec file (or a catalog name), validate it and check the size of its store."""
     path = resolve_spec_path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
+                        f"{err.start}): give a YAML spec saved as UTF-8") from None
+    except OSError as err:
+        raise SpecError(f"{path}: cannot be read ({err.strerror}): check its permissions") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise SpecError(f"{path}: not valid YAML: {err}") from None
-    return parse_sweep(data, **overrides)
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise SpecError(f"{path}: not valid YAML{where}: {problem}: fix the syntax there") from None
+    if data is None:
+        raise SpecError(f"{path}: the file is empty (no YAML fields): write a spec in it "
+                        "(`tokensweep catalog` lists examples, e.g. catalog/quickstart.yaml)")
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a spec is a mapping of fields (name: ..., model: ...), "
+                        f"but this file holds a {type(data).__name__}")
+    sweep = parse_sweep(data, **overrides)
+    check_store_size(sweep)
+    return sweep
+
+
+CATALOG = Path(__file__).resolve().parent.parent / "catalog"  # the `tokensweep.catalog` package
 
 
 def resolve_spec_path(path: str | Path) -> Path:
@@ -271,11 +356,53 @@ def resolve_spec_path(path: str | Path) -> Path:
     p = Path(path)
     if p.is_file():
         return p
-    catalog = Path(__file__).resolve().parent.parent / "catalog"
-    for candidate in (catalog / f"{path}.yaml", catalog / str(path)):
+    if p.is_dir():
+        raise SpecError(f"{path} is a directory, not a spec file: give a YAML file "
+                        f"(e.g. {p / 'NAME.yaml'}) or a catalog name")
+    for candidate in (CATALOG / f"{path}.yaml", CATALOG / str(path)):
         if candidate.is_file():
             return candidate
-    raise SpecError(f"spec file {str(path)!r} not found (and no catalog entry of that name)")
+    raise SpecError(f"spec file {str(path)!r} not found (and no catalog entry of that name: "
+                    "`tokensweep catalog` lists them)")
+
+
+def estimated_store_bytes(sweep: SweepBase) -> int:
+    """Uncompressed size of the cube: every declared output of every trajectory, plus status."""
+    from .models import get_model
+
+    nt = len(sweep.time.checkpoint_layers)
+    per_trajectory = sum(np.dtype(out.dtype).itemsize * (nt if out.per_checkpoint else 1)
+                         for out in get_model(sweep.model).outputs.values())
+    partitions = sweep.n_cells * -(-sweep.trajectories // sweep.partition_traj)
+    return sweep.n_cells * sweep.trajectories * per_trajectory + partitions * (1 + 8 + 8)
+
+
+def max_store_bytes() -> int:
+    """The store-size limit: TOKENSWEEP_MAX_STORE_GIB (GiB) when set, else MAX_STORE_GIB."""
+    try:
+        gib = float(os.environ.get("TOKENSWEEP_MAX_STORE_GIB") or MAX_STORE_GIB)
+    except ValueError:
+        gib = MAX_STORE_GIB
+    return int(gib * 2**30)
+
+
+def check_store_size(sweep: SweepBase) -> None:
+    """Refuse a sweep whose store would exceed the limit, naming the estimate and the fix."""
+    size, limit = estimated_store_bytes(sweep), max_store_bytes()
+    if size > limit:
+        raise SpecError(
+            f"spec: the store would need {format_bytes(size)} ({sweep.n_cells} cells x "
+            f"{sweep.trajectories} trajectories), more than the {format_bytes(limit)} limit: lower "
+            f"trajectories or the grid, or split the sweep (or allow it with "
+            f"TOKENSWEEP_MAX_STORE_GIB={math.ceil(size / 2**30)})")
+
+
+def format_bytes(n: float) -> str:
+    """A size for people: 1009.7 KiB, 240.7 GiB."""
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
 
 
 def sweep_from_json(text: str) -> SweepBase:

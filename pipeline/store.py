@@ -6,66 +6,62 @@ other partition touches. ``status`` (pending / done / failed) over (grid axes...
 block) says which partitions are complete; a partition writes it last, after its
 outputs and its timing, so a partition killed mid-write stays pending. The store's
 attributes hold the full spec (as JSON), the seeding scheme and the versions of the
-software that wrote it; a store is only ever resumed by the spec that created it.
+software that wrote it; a store is resumed by the spec that created it, or grown by one
+that only adds to it.
 Its metadata is written, consolidated, at creation; the only later change is the
 provenance a finished flow adds (worker hosts, completion time), re-consolidated under
 the store's lock. The error of a failed partition is kept beside the store, in
 ``STORE.errors/INDEX.json``, for ``tokensweep status``; completion is still decided by
 ``status`` alone.
+
+Unwritten is never valid: every integer output has a CF ``_FillValue`` (and zarr ``fill_value``)
+of its dtype's minimum, a value no kernel returns (valid values are >= -1), so a chunk no
+partition wrote reads as NaN through xarray instead of as class 0; floats keep NaN. Bool outputs
+cannot carry one in CF: readers mask them by ``status`` (`reading.open_sweep`).
+
+A store only grows: a spec that adds trajectories, grid values or a new description is accepted
+(`growth`; `grow.grow_store` rebuilds the layout), anything that would change existing numbers
+is refused (`spec_differences`).
 """
 
 from __future__ import annotations
 
 import json
-import platform
 import socket
 import time
 import warnings
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import dask.array as da
 import numpy as np
 import xarray as xr
 
+from .failures import clear_error, errors_dir, read_error, write_error  # noqa: F401 (re-exported)
 from .models import get_model
 from .plan import Partition, Plan
+from .provenance import code_version, software_versions  # noqa: F401 (re-exported)
 from .seeds import SEEDING_SCHEME
 from .spec import SPEC_ATTR, SpecError, SweepBase, sweep_from_json
 
 PENDING, DONE, FAILED = 0, 1, 2
 STATUS_MEANINGS = "pending done failed"
-NEW_STORE_HINT = "use --store to write a new store, or delete the old one"
+NEW_STORE_HINT = ("a store only grows (more trajectories, new grid values, a new description); "
+                  "use --store to write a new store, or delete the old one")
+# CF attributes of the coordinates (grid axes of every model, checkpoints, trajectories)
+COORD_ATTRS = {
+    "beta": {"long_name": "inverse temperature", "units": "1"},
+    "d": {"long_name": "dimension of the ambient space", "units": "1"},
+    "n": {"long_name": "number of tokens", "units": "1"},
+    "sigma": {"long_name": "amplitude of the common noise", "units": "1"},
+    "t": {"long_name": "checkpoint time", "units": "1"},
+    "traj": {"long_name": "trajectory index", "units": "1"},
+    "block": {"long_name": "trajectory block (partition along traj)", "units": "1"},
+}
 DAMAGED_HINT = "the store is damaged: restore it from a copy, or delete it and run the spec again"
 
 
 class StoreError(ValueError):
     """A store that cannot be used as asked; the message says why and what to do."""
-
-
-def software_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for package in ("tokensweep", "numpy", "numba", "xarray", "zarr", "dask", "prefect"):
-        try:
-            versions[package] = version(package)
-        except PackageNotFoundError:
-            versions[package] = "not installed"
-    return versions
-
-
-def code_version() -> str:
-    """`git describe` of the source tree when it is a checkout, else the package version."""
-    import subprocess
-
-    here = Path(__file__).resolve().parent.parent
-    try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=here,
-                             capture_output=True, text=True, timeout=5)
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return f"tokensweep {software_versions()['tokensweep']} (not a git checkout)"
 
 
 def template(sweep: SweepBase) -> xr.Dataset:
@@ -75,9 +71,10 @@ def template(sweep: SweepBase) -> xr.Dataset:
     grid_shape = plan.grid_shape
     ntraj, nt = sweep.trajectories, len(sweep.time.checkpoint_layers)
     coords = {name: (name, np.asarray(values)) for name, values in axes.items()}
-    coords["t"] = ("t", sweep.time.checkpoint_times, {"long_name": "checkpoint time", "units": "1"})
-    coords["traj"] = ("traj", np.arange(ntraj), {"long_name": "trajectory index", "units": "1"})
-    coords["block"] = ("block", np.arange(plan.n_blocks), {"long_name": "trajectory block"})
+    coords["t"] = ("t", sweep.time.checkpoint_times)
+    coords["traj"] = ("traj", np.arange(ntraj))
+    coords["block"] = ("block", np.arange(plan.n_blocks))
+    coords = {name: (*value, coord_attrs(name)) for name, value in coords.items()}
 
     variables, encoding = {}, {}
     cell_chunks = (1,) * len(grid_shape)
@@ -90,9 +87,12 @@ def template(sweep: SweepBase) -> xr.Dataset:
         if getattr(out, "flag_values", None) is not None:
             attrs["flag_values"] = list(out.flag_values)
             attrs["flag_meanings"] = out.flag_meanings
-        fill = np.nan if np.dtype(out.dtype).kind == "f" else 0
-        variables[name] = (dims, da.full(shape, fill, dtype=out.dtype, chunks=-1), attrs)
+        fill = fill_value(out.dtype)
+        variables[name] = (dims, da.full(shape, False if fill is None else fill, dtype=out.dtype,
+                                         chunks=-1), attrs)
         encoding[name] = {"chunks": chunks}
+        if np.dtype(out.dtype).kind in "iu":  # CF mask on read, and what an unwritten chunk holds
+            encoding[name].update(_FillValue=fill, fill_value=fill)
 
     status_dims = (*axes, "block")
     status_shape = (*grid_shape, plan.n_blocks)
@@ -129,6 +129,28 @@ def template(sweep: SweepBase) -> xr.Dataset:
     return ds
 
 
+def fill_value(dtype):
+    """The value an unwritten entry holds: the dtype's minimum for integers (never valid data:
+    valid values are >= -1; the maximum for unsigned ones, whose minimum 0 is data), NaN for
+    floats, None for bool (CF has no fill value for it).
+
+    >>> fill_value("int8"), fill_value("int16"), fill_value("uint8"), fill_value("float64")
+    (np.int8(-128), np.int16(-32768), np.uint8(255), nan)
+    >>> fill_value("bool") is None
+    True
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return dtype.type(info.min if dtype.kind == "i" else info.max)
+    return np.nan if dtype.kind == "f" else None
+
+
+def coord_attrs(name: str) -> dict:
+    """CF attributes (long_name, units) of a coordinate; a grid axis not listed gets its name."""
+    return dict(COORD_ATTRS.get(name, {"long_name": name, "units": "1"}))
+
+
 def _is_store(path: Path) -> bool:
     return (path / "zarr.json").is_file()
 
@@ -137,6 +159,12 @@ def stored_sweep(path: str | Path) -> SweepBase:
     """The spec a store was created with; refuses paths that are not tokensweep stores."""
     path = Path(path)
     if not path.exists():
+        from .grow import interrupted
+
+        if interrupted(path):
+            raise StoreError(f"no store at {path}: an interrupted grow left "
+                             f"{', '.join(interrupted(path))} beside it; run the spec again "
+                             f"(`tokensweep run SPEC --store {path}`) to finish the grow")
         raise StoreError(f"no store at {path}: run `tokensweep run SPEC --store {path}` first")
     if not _is_store(path):
         raise StoreError(f"{path} is not a zarr v3 store (no zarr.json): not written by tokensweep")
@@ -152,26 +180,88 @@ def stored_sweep(path: str | Path) -> SweepBase:
         raise StoreError(f"{path}: its stored spec no longer validates: {err}") from None
 
 
-def spec_differences(old: SweepBase, new: SweepBase) -> list[str]:
+# how a partition is executed, not what it computes: results are bit-identical for any value
+EXECUTION_FIELDS = ("threads",)
+
+
+def spec_differences(old: SweepBase, new: SweepBase, growable: bool = False) -> list[str]:
+    """The fields in which `new` differs from `old`, one "field: old -> new" each.
+
+    growable=True leaves out what a store may grow by (`growth`): a new description, more
+    trajectories, new values on a grid axis; what remains would change numbers already stored.
+    """
     a, b = old.canonical(), new.canonical()
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) == b.get(k) or k in EXECUTION_FIELDS or (growable and k == "description"):
+            continue
+        if growable and k == "trajectories" and b[k] > a[k]:
+            continue
+        if growable and k == "grid" and isinstance(a.get(k), dict) and isinstance(b.get(k), dict):
+            out += _grid_refusals(a[k], b[k])
+            continue
+        out.append(f"{k}: {a.get(k)!r} -> {b.get(k)!r}")
+    return out
+
+
+def _grid_refusals(a: dict, b: dict) -> list[str]:
+    """Grid changes a store cannot grow by: another set of axes, or values taken away."""
+    if list(a) != list(b):
+        return [f"grid axes: {list(a)} -> {list(b)}"]
+    return [f"grid.{axis}: {a[axis]!r} -> {b[axis]!r} (drops {sorted(set(a[axis]) - set(b[axis]))})"
+            for axis in a if not set(a[axis]) <= set(b[axis])]
+
+
+def growth(old: SweepBase, new: SweepBase, path: str | Path = "the store") -> list[str]:
+    """What `new` adds to a store holding `old` ([] when nothing); raises StoreError listing every
+    difference that would change numbers already stored (model, time, seed, eps, options, ...).
+
+    >>> from tokensweep.pipeline.spec import load_sweep
+    >>> old = load_sweep("quickstart")
+    >>> growth(old, old.model_copy(update={"trajectories": 800, "description": "more"}))
+    ['trajectories: 400 -> 800', 'description']
+    >>> growth(old, old.model_copy(update={"seed": 1}))
+    Traceback (most recent call last):
+    tokensweep.pipeline.store.StoreError: the store holds a different spec (seed: 20260129 -> 1): ...
+    """
+    refused = spec_differences(old, new, growable=True)
+    if refused:
+        raise StoreError(f"{path} holds a different spec ({'; '.join(refused)}): {NEW_STORE_HINT}")
+    added = []
+    if new.trajectories != old.trajectories:
+        added.append(f"trajectories: {old.trajectories} -> {new.trajectories}")
+    for axis, values in new.axes.items():
+        extra = sorted(set(values) - set(old.axes[axis]))
+        if extra:
+            added.append(f"grid.{axis}: + {extra}")
+    if new.description != old.description:
+        added.append("description")
+    return added
 
 
 def prepare_store(sweep: SweepBase, path: str | Path) -> str:
-    """Create the store from the template, or check that an existing one holds this spec.
+    """Create the store, resume it (it holds this spec) or grow it (`sweep` only adds to it).
 
-    Returns "created" or "resumed". Never modifies an existing store.
+    Returns "created", "resumed" or "grown". Refuses a store whose spec differs otherwise.
+    Call it holding the store's lock (`lock.store_lock`): it finishes or undoes an interrupted
+    grow first (`grow.recover`), and a grow replaces the store's directory.
     """
+    from .grow import grow_store, recover
+
     path = Path(path)
+    recover(path)
     if path.exists() and any(path.iterdir()):
-        old = stored_sweep(path)
-        diff = spec_differences(old, sweep)
-        if diff:
-            raise StoreError(
-                f"{path} holds a different spec ({'; '.join(diff)}): {NEW_STORE_HINT}"
-            )
-        return "resumed"
+        growth(stored_sweep(path), sweep, path)  # refuses before anything is written
+        return "grown" if grow_store(sweep, path) else "resumed"
+    create_store(sweep, path)
+    return "created"
+
+
+def create_store(sweep: SweepBase, path: str | Path, attrs: dict | None = None) -> None:
+    """Write a new store's metadata (the template of `sweep`, plus `attrs`); no chunk is written."""
+    path = Path(path)
     ds = template(sweep)
+    ds.attrs.update(attrs or {})
     encoding = ds.encoding.pop("tokensweep_chunks")
     path.parent.mkdir(parents=True, exist_ok=True)
     # Metadata is final at creation (partitions only write chunks), so consolidating it now
@@ -180,7 +270,6 @@ def prepare_store(sweep: SweepBase, path: str | Path) -> str:
         warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)
         ds.to_zarr(path, mode="w-", compute=False, zarr_format=3, consolidated=True,
                    encoding=encoding)
-    return "created"
 
 
 def read_status(path: str | Path) -> np.ndarray:
@@ -265,30 +354,3 @@ def record_provenance(path: str | Path, worker_hosts: set[str]) -> None:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)
         zarr.consolidate_metadata(str(path))
-
-
-# -- errors of failed partitions: STORE.errors/INDEX.json, read by `tokensweep status` --
-
-def errors_dir(path: str | Path) -> Path:
-    path = Path(path)
-    return path.with_name(path.name + ".errors")
-
-
-def write_error(path: str | Path, index: int, record: dict) -> None:
-    """Keep the error of a failed partition (written before its status says failed)."""
-    folder = errors_dir(path)
-    folder.mkdir(exist_ok=True)
-    tmp = folder / f".{index}.json.tmp"
-    tmp.write_text(json.dumps({"partition": index, **record}, indent=1))
-    tmp.replace(folder / f"{index}.json")
-
-
-def clear_error(path: str | Path, index: int) -> None:
-    (errors_dir(path) / f"{index}.json").unlink(missing_ok=True)
-
-
-def read_error(path: str | Path, index: int) -> dict | None:
-    try:
-        return json.loads((errors_dir(path) / f"{index}.json").read_text())
-    except (OSError, ValueError):
-        return None

@@ -22,7 +22,7 @@ from conftest import TOKENSWEEP, api, output_cube, reference_cube, the_flow_run_
 
 from tokensweep.pipeline.store import DONE, FAILED, errors_dir, read_status
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # real servers and clusters: `pytest -m slow`
 
 
 def wait_for(check, timeout: float, what: str, every: float = 0.5):

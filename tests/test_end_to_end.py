@@ -19,7 +19,7 @@ from conftest import flow_runs_of_store, wait_for_task_runs
 from tokensweep.pipeline.store import DONE
 
 TOKENSWEEP = str(Path(sys.executable).parent / "tokensweep")
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # real servers and clusters: `pytest -m slow`
 
 
 def tokensweep(*args, env_extra=None, cwd=None):

@@ -27,7 +27,7 @@ from tokensweep.pipeline.lock import lock_path, store_lock
 from tokensweep.pipeline.spec import load_sweep
 from tokensweep.pipeline.store import DONE, PENDING, StoreError, prepare_store, read_partition_table
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # real servers and clusters: `pytest -m slow`
 runner = CliRunner()
 
 

@@ -102,3 +102,34 @@ def test_usa_threshold_two_tokens(factor, expected_class):
         sigma=np.sqrt(factor * 2 * np.exp(-beta)), T=20.0, layers=2000, checkpoint_layers=[2000],
         attention="usa")
     assert np.mean(out["cluster_class"][:, -1] == expected_class) > 0.95
+
+
+@pytest.mark.parametrize("factor", [0.25, 4.0])
+def test_early_stopping_and_threads(factor):
+    """USA, n = 2, sigma^2 = factor * 2 e^-beta: one attracting class each side of the threshold.
+    Early stopping: bit-identical up to the stop, the stop checkpoint repeated after it, the
+    final class as in the full run for >= 98 % (deterministic here); threads: the same bits."""
+    beta, ntraj, window = 1.0, 200, 2
+    ckpt = np.arange(100, 2001, 100)
+    kw = dict(n=2, d=3, beta=beta, sigma=np.sqrt(factor * 2 * np.exp(-beta)), T=20.0, layers=2000,
+              checkpoint_layers=ckpt, attention="usa")
+    full = simulate_hybrid([np.random.default_rng([3, i]) for i in range(ntraj)], **kw)
+    early = simulate_hybrid([np.random.default_rng([3, i]) for i in range(ntraj)],
+                            stop_when_resolved=True, resolved_window=window, **kw)
+    threaded = simulate_hybrid([np.random.default_rng([3, i]) for i in range(ntraj)],
+                               stop_when_resolved=True, resolved_window=window, threads=2, **kw)
+    for name in OUTPUTS:
+        np.testing.assert_array_equal(threaded[name], early[name])
+    cls = early["cluster_class"]
+    stopped = 0
+    for r in range(ntraj):
+        c = next((c for c in range(window - 1, len(ckpt) - 1)
+                  if cls[r, c] != 0 and (cls[r, c - window + 1:c + 1] == cls[r, c]).all()),
+                 len(ckpt) - 1)
+        stopped += c < len(ckpt) - 1
+        for name, spec in OUTPUTS.items():
+            if spec.per_checkpoint:
+                np.testing.assert_array_equal(early[name][r, :c + 1], full[name][r, :c + 1])
+                assert (early[name][r, c:] == early[name][r, c]).all()
+    assert stopped > ntraj // 2
+    assert np.mean(cls[:, -1] != full["cluster_class"][:, -1]) <= 0.02

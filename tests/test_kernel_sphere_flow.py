@@ -224,7 +224,8 @@ def test_permutation_equivariance_non_causal():
             for y in xs:
                 for s in range(20):
                     assert sf.step(y, 0.1 * s, 0.1, integrator, par, (m, v, zeros, zeros, zeros),
-                                   sf.workspace(n, d, heads), np.empty((5, n, d)), np.empty(n))
+                                   sf.workspace(n, d, heads, np.empty(0)), np.empty((5, n, d)),
+                                   np.empty(n))
             np.testing.assert_allclose(xs[0][perm], xs[1], rtol=0, atol=1e-13)
 
 
@@ -343,3 +344,133 @@ def test_bad_arguments_are_refused_by_name():
         simulate_sphere_flow(rngs, matrices={"V": np.eye(2)}, **kw)
     with pytest.raises(ValueError, match="needs heads = 2"):
         simulate_sphere_flow(rngs, time_varying="rst_two_head_hemisphere", **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# fast paths: the symmetric path, the span reduction, float32, threads, the hemisphere memory
+
+SYMMETRIC_CASES = [  # (attention, value, extra): Q = K = I, one head, Euler
+    ("sa", "identity", dict(n=7, d=4, beta=1.5)),
+    ("usa", "identity", dict(n=7, d=4, beta=2.0)),
+    ("causal_sa", "identity", dict(n=6, d=3, beta=1.0)),
+    ("causal_usa", "minus_identity", dict(n=6, d=3, beta=1.0)),
+    ("sa", "minus_identity", dict(n=9, d=9, beta=0.0)),
+    ("sa", "identity", dict(n=32, d=2, beta=9.0)),
+    ("usa", "identity", dict(n=5, d=3, beta=400.0)),  # the clamped exponential
+    ("sa", "identity", dict(n=8, d=5, beta=2.0, rst_scaling=True)),
+    ("usa", "identity", dict(n=8, d=5, beta=2.0, rst_scaling=True, init="hemisphere")),
+]
+
+
+def run_flow(seeds, **kw):
+    return simulate_sphere_flow([np.random.default_rng(s) for s in seeds], **kw)
+
+
+@pytest.mark.parametrize("attention, value, extra", SYMMETRIC_CASES)
+def test_symmetric_path_is_bitwise_the_general_euler_step(attention, value, extra, monkeypatch):
+    # sphere_symmetric: same formulas, same rounding as sphere_drift.euler_step (d <= n: no span
+    # reduction), every output and every state bit for bit
+    assert extra["d"] <= extra["n"]
+    kw = dict(T=3.0, layers=30, checkpoint_layers=np.arange(3, 31, 3), attention=attention,
+              value=value, return_states=True, **extra)
+    fast = run_flow(range(5), **kw)
+    monkeypatch.setattr(sf.symmetric, "applies", lambda *args: False)
+    general = run_flow(range(5), **kw)
+    for name in fast:
+        np.testing.assert_array_equal(fast[name], general[name], err_msg=name)
+
+
+def test_span_reduction_agrees_with_the_full_dimension(monkeypatch):
+    # d > n: integrated in an n-dimensional orthonormal basis of the start's span (an isometry)
+    kw = dict(n=6, d=20, beta=2.0, T=10.0, layers=100, checkpoint_layers=np.arange(10, 101, 10),
+              return_states=True)
+    reduced = run_flow(range(4), **kw)
+    monkeypatch.setattr(sf.symmetric, "SPAN_REDUCTION", False)
+    full = run_flow(range(4), **kw)
+    np.testing.assert_allclose(reduced["states"], full["states"], rtol=0, atol=1e-12)
+    for name in ("overlap_min", "overlap_max", "energy", "frac_close"):
+        np.testing.assert_allclose(reduced[name], full[name], rtol=0, atol=1e-12, err_msg=name)
+    for name in ("n_clusters", "cluster_class", "in_hemisphere", "nonfinite"):
+        np.testing.assert_array_equal(reduced[name], full[name], err_msg=name)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(d=2, beta=4.0), dict(d=8, beta=9.0), dict(d=32, beta=1.0),  # symmetric path
+    dict(d=48, beta=4.0),  # span reduction
+    dict(d=16, beta=2.0, qk="ginibre", value="ginibre"),  # general path
+    dict(d=3, beta=1.0, integrator="rk4", heads=2),
+])
+def test_float32_statistics_agree_with_float64(kw):
+    # catalog-like (n = 32, h = 0.1, T = 30, a checkpoint every 0.5), 32 trajectories from the same
+    # starts. These flows contract: measured, the float32 means equal the float64 ones (cluster
+    # counts per trajectory too, but for 1 in 2000 at d = 32, beta = 9); tolerances: a few
+    # trajectories of 32 changing their class
+    full = dict(n=32, T=30.0, layers=300, checkpoint_layers=np.arange(5, 301, 5), **kw)
+    a = run_flow(range(100, 132), **full)
+    b = run_flow(range(100, 132), precision="float32", **full)
+    assert not b["nonfinite"].any()
+    assert np.max(np.abs(a["frac_close"].mean(0) - b["frac_close"].mean(0))) <= 0.03
+    assert np.max(np.abs(a["n_clusters"].mean(0) - b["n_clusters"].mean(0))) <= 0.1
+    assert np.max(np.abs(a["in_hemisphere"].mean(0) - b["in_hemisphere"].mean(0))) <= 2 / 32
+    assert np.max(np.abs(a["overlap_max"] - b["overlap_max"])) < 1e-3
+
+
+@pytest.mark.parametrize("kw", [
+    dict(n=32, d=32),  # symmetric path
+    dict(n=8, d=5, qk="ginibre", value="wishart", period=7),  # one call per trajectory
+    dict(n=8, d=5, integrator="rk4", heads=2),  # blocks from the starts' normals
+    dict(n=16, d=24, precision="float32"),  # span reduction
+])
+def test_threads_give_bitwise_the_same_results(kw):
+    full = dict(beta=1.0, T=3.0, layers=30, checkpoint_layers=[10, 30], return_states=True, **kw)
+    one = run_flow(range(37), **full)
+    for threads in (2, 3):
+        more = run_flow(range(37), threads=threads, **full)
+        for name in one:
+            np.testing.assert_array_equal(one[name], more[name], err_msg=f"{name}, {threads}")
+
+
+def test_hemisphere_memory_gives_the_cold_answer():
+    # along trajectories (nearby point sets, in and out of hemispheres), the test with the last
+    # certificate and the last corral as start answers as a cold start
+    from tokensweep.kernels.hemisphere import hemisphere_test
+
+    checked = 0
+    for n, d, beta in [(12, 2, 4.0), (32, 2, 9.0), (20, 3, 1.0), (32, 8, 4.0), (8, 16, 1.0)]:
+        o = run_flow(range(3), n=n, d=d, beta=beta, T=8.0, layers=80,
+                     checkpoint_layers=np.arange(1, 81), return_states=True)
+        for traj in o["states"]:
+            w, corral = np.zeros(d), np.zeros(d + 3, dtype=np.int64)
+            for x in traj:
+                assert hemisphere_test(x, 1e-9, w, corral) == ens.in_open_hemisphere(x, 1e-9)
+                checked += 1
+    assert checked == 5 * 3 * 80
+
+
+def test_vectorised_exponentials():
+    from tokensweep.kernels import vecmath
+    from numba import njit
+
+    @njit
+    def apply(x):
+        out = np.empty((3, x.shape[0]))
+        for i in range(x.shape[0]):
+            out[0, i] = vecmath.exp_vec(x[i])
+            out[1, i] = vecmath.exp_unclamped(x[i])
+            out[2, i] = vecmath.exp32_vec(np.float32(max(-87.0, min(88.0, x[i]))))
+        return out
+
+    x = np.random.default_rng(5).uniform(-708, 708, 200_000)
+    out = apply(x)
+    np.testing.assert_array_equal(out[0], out[1])  # no clamp acts inside [-708, 708]
+    np.testing.assert_allclose(out[0], np.exp(x), rtol=2.3e-16, atol=0)
+    x32 = np.clip(x, -87, 88).astype(np.float32)
+    np.testing.assert_allclose(out[2], np.exp(x32.astype(np.float64)), rtol=2.5e-7, atol=0)
+
+
+def test_precision_and_threads_are_checked_by_name():
+    kw = dict(n=4, d=3, beta=1.0, T=1.0, layers=10, checkpoint_layers=[10])
+    with pytest.raises(ValueError, match="precision = 'float16'"):
+        run_flow([0], precision="float16", **kw)
+    with pytest.raises(ValueError, match="threads = 0"):
+        run_flow([0], threads=0, **kw)

@@ -81,11 +81,11 @@ def test_cli_exits_2_naming_the_field_and_leaves_the_store_untouched(name, exist
 
 def test_store_holding_a_different_spec_is_refused(existing_store, write_spec):
     spec = load_sweep(SPECS / "good.yaml").model_dump(mode="json")
-    spec["trajectories"] = 9
+    spec["seed"] = 9  # a store grows by trajectories, grid values, description; never a new seed
     before = _tree_digest(existing_store)
     result = runner.invoke(app, ["run", str(write_spec(spec)), "--store", str(existing_store)])
     assert result.exit_code == 2
-    assert "holds a different spec (trajectories: 8 -> 9" in result.output
+    assert "holds a different spec (seed: 0 -> 9" in result.output
     assert "use --store" in result.output
     assert _tree_digest(existing_store) == before
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from .stats import cells_of, closed_form, done_finite, done_mask, stored_spec, wilson_interval
+from .stats import cells_of, closed_form, done_finite, done_mask, flag, stored_spec, wilson_interval
 
 __all__ = ["antipodal_table", "agrees", "any_antipodal_table", "CLASS_UNRESOLVED", "CLASS_SINGLE",
            "CLASS_ANTIPODAL"]
@@ -50,7 +50,7 @@ def antipodal_table(ds: xr.Dataset, t=None, level: float = 0.95, theory=None) ->
         raise ValueError(f"cluster_class has dims {cc.dims}, expected a 'traj' dimension")
     done = done_mask(ds)
     done = xr.ones_like(cc, dtype=bool) if done is None else done
-    bad = (ds["nonfinite"] if "nonfinite" in ds else xr.zeros_like(cc, dtype=bool)) & done
+    bad = (flag(ds["nonfinite"]) if "nonfinite" in ds else xr.zeros_like(cc, dtype=bool)) & done
     finite = done & ~bad
     counts = xr.Dataset({
         "n_antipodal": ((cc == CLASS_ANTIPODAL) & finite).sum("traj"),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from .stats import closed_form, done_finite, wilson_interval
+from .stats import closed_form, done_finite, flag, wilson_interval
 
 __all__ = ["frac_close_mean", "cluster_count_mean", "crossing_time", "crossing_table",
            "equiangular_table", "hemisphere_table", "HEMISPHERE_LEVEL"]
@@ -119,7 +119,7 @@ def equiangular_table(ds: xr.Dataset, overlap=None) -> xr.Dataset | None:
 def hemisphere_table(ds: xr.Dataset, level: float = 0.95, probability=None) -> xr.Dataset:
     """Open-hemisphere fraction at the first checkpoint vs the model's probability, per cell."""
     probability = closed_form(ds, "hemisphere_probability") if probability is None else probability
-    first = ds["in_hemisphere"].isel(t=0)
+    first = flag(ds["in_hemisphere"].isel(t=0))
     keep = done_finite(ds, first)
     table = xr.Dataset({"n_traj": keep.sum("traj"), "n_hemi": (first & keep).sum("traj")}).compute()
     table = table.astype("int64")

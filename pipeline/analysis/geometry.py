@@ -11,7 +11,7 @@ Post-processing of `z_final` (n, d) and `P_final` (n, n) from `tokensweep.kernel
       s_k = max_{|w|_inf <= 1} min_{j != k} <w, c_k - c_j> > tol,
   a small linear programme (scipy.optimize.linprog); d = 1 reduces to "c_k is the min or the max".
 - lambda_1(V) > 0 simple: psi_1 is the left eigenvector of V (eigenvector of V^T) for the
-  eigenvalue of largest real part, unit norm, first non-zero entry positive; the coordinates
+  eigenvalue of largest modulus (real, positive, simple, <Q phi_1, K phi_1> > 0), unit norm, first non-zero entry positive; the coordinates
   psi_1^T z_i converge to at most 3 values (typically 2).
 - d = 1: P(t) converges to a Boolean matrix of rank <= 3. Booleanness defect
       min over Boolean B of sum_ij |P_ij - B_ij| = sum_ij min(P_ij, 1 - P_ij);
@@ -24,7 +24,7 @@ from scipy.optimize import linprog
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import pdist, squareform
 
-from .stats import done_finite, done_mask
+from .stats import done_finite, done_mask, flag
 
 
 def _radius(z):
@@ -63,13 +63,24 @@ def vertex_margins(points):
     """s_k = max_{|w|_inf <= 1} min_{j != k} <w, p_k - p_j> for each row of points (m, d).
 
     s_k > 0 iff p_k is a vertex of conv{points} (and differs from every other point).
-    A single point gets +inf.
+    A single point gets +inf. The LP runs on the points centred and scaled to unit size (being a
+    vertex is affine invariant; the margins are scaled back), so tokens that collapse to a point
+    or diverge (V = -I gives z = e^{t} x ~ 1e43 at t = 100) stay within the solver's range.
+
+    >>> (vertex_margins([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.25, 0.25]]) + 0.0).round(3).tolist()
+    [0.5, 1.0, 1.0, 0.0]
+    >>> (vertex_margins(1e43 * np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])) > 0).tolist()
+    [True, True, True]
     """
     points = np.asarray(points, dtype=np.float64)
     m, d = points.shape
     margins = np.full(m, np.inf)
     if m < 2:
         return margins
+    size = np.abs(points - points.mean(axis=0)).max()
+    if size == 0:
+        return np.zeros(m)  # all points coincide: none is a distinct vertex
+    points = (points - points.mean(axis=0)) / size
     for k in range(m):
         diffs = points[k] - np.delete(points, k, axis=0)  # (m-1, d)
         # variables (w, s): maximise s subject to s - <w, diffs_j> <= 0, -1 <= w <= 1
@@ -80,7 +91,7 @@ def vertex_margins(points):
                       bounds=[(-1.0, 1.0)] * d + [(None, None)], method="highs")
         if res.status != 0:
             raise RuntimeError(f"vertex LP for point {k} failed: {res.message}")
-        margins[k] = -res.fun
+        margins[k] = -res.fun * size
     return margins
 
 
@@ -101,13 +112,13 @@ def centres_are_hull_vertices(z, eps=1e-3, scale=None, tol=None):
 
 
 def top_left_eigenvector(V):
-    """psi_1: unit left eigenvector of V for the eigenvalue of largest real part (sign fixed).
+    """psi_1: unit left eigenvector of V for its eigenvalue of largest modulus ([GLPR-E]; sign fixed).
 
     Raises ValueError when that eigenvalue is not real.
     """
     V = np.atleast_2d(np.asarray(V, dtype=np.float64))
     vals, vecs = np.linalg.eig(V.T)
-    top = int(np.argmax(vals.real))
+    top = int(np.argmax(np.abs(vals)))
     if abs(vals[top].imag) > 1e-12 * max(1.0, abs(vals[top])):
         raise ValueError(f"the top eigenvalue of V is {vals[top]}, not real: psi_1 is undefined")
     psi = np.real(vecs[:, top])
@@ -150,7 +161,7 @@ def geometry_table(ds: xr.Dataset) -> xr.Dataset:
     last = ds["n_clusters"].isel(t=-1)
     keep = done_finite(ds, last)
     done = done_mask(ds)
-    nonfinite = ds["nonfinite"] & (xr.ones_like(last, dtype=bool) if done is None else done)
+    nonfinite = flag(ds["nonfinite"]) & (xr.ones_like(last, dtype=bool) if done is None else done)
     psi = ds["n_psi1_values"].where(keep & (ds["n_psi1_values"] >= 0))
     t_end = float(ds["t"].values[-1])
     table = xr.Dataset({

@@ -3,7 +3,10 @@ chi-square.
 
 Counted trajectories: those of partitions whose `status` is done, that stayed finite. A cube is
 pre-filled before partitions write, so trajectories of pending or failed partitions must be left
-out of every count (`done_mask`).
+out of every count (`done_mask`). Everything here takes a cube as `xr.open_zarr` reads it (integer
+outputs decoded to float, NaN where unwritten; bool outputs as bool) or as `tokensweep.open` does
+(every output float, NaN outside done partitions, bool outputs as 1.0 / 0.0): `flag` reads a bool
+output either way.
 
 Wilson score interval, z the normal quantile of (1 + level) / 2:
 
@@ -23,7 +26,7 @@ from scipy import stats
 from ..spec import SPEC_ATTR, SpecError, SweepBase, sweep_from_json
 
 __all__ = ["stored_spec", "closed_form", "grid_dims", "done_mask", "done_finite", "wilson_interval",
-           "chi_square_summary", "cells_of"]
+           "chi_square_summary", "cells_of", "flag", "pending_count"]
 
 
 def stored_spec(ds: xr.Dataset) -> SweepBase | None:
@@ -49,7 +52,10 @@ def closed_form(ds: xr.Dataset, name: str):
     stored spec (pipeline/models/) answers if it defines a method of that name.
     """
     from ..models import get_model
+    from ..plugin import CLOSED_FORMS
 
+    if name not in CLOSED_FORMS:
+        raise ValueError(f"{name!r} is not a closed form a model may define: one of {sorted(CLOSED_FORMS)}")
     sweep = stored_spec(ds)
     if sweep is None:
         return None
@@ -86,12 +92,21 @@ def done_mask(ds: xr.Dataset) -> xr.DataArray | None:
     return status.isel(block=block) == values[meanings.index("done")]
 
 
+def flag(var: xr.DataArray) -> xr.DataArray:
+    """A bool output as booleans, whether stored (bool) or masked on read (1.0 / 0.0 / NaN: False).
+
+    >>> flag(xr.DataArray([1.0, 0.0, np.nan])).values.tolist()
+    [True, False, False]
+    """
+    return var if var.dtype == bool else var == 1
+
+
 def done_finite(ds: xr.Dataset, like: xr.DataArray) -> xr.DataArray:
     """Trajectories to count (grid..., traj): in a done partition and never non-finite."""
     done = done_mask(ds)
     done = xr.ones_like(like, dtype=bool) if done is None else done
     if "nonfinite" in ds:
-        done = done & ~ds["nonfinite"]
+        done = done & ~flag(ds["nonfinite"])
     return done
 
 
@@ -117,6 +132,7 @@ def wilson_interval(k, N, level: float = 0.95):
         centre = (k + z**2 / 2) / (N + z**2)
         half = z / (N + z**2) * np.sqrt(np.maximum(k * (N - k) / N, 0) + z**2 / 4)
         lo, hi = np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1)
+    lo, hi = np.where(k == 0, 0.0, lo), np.where(k == N, 1.0, hi)  # exact ends: no rounding off 0 or 1
     return np.where(N > 0, lo, np.nan), np.where(N > 0, hi, np.nan)
 
 

@@ -78,9 +78,10 @@ class EuclideanFlowSweep(SweepBase):
 REDUCTIONS = {
     "centres_on_hull": OutputSpec(False, "bool", "every cluster centre of z(T) is a vertex of the hull "
                                                  "of the centres", "1"),
-    "n_psi1_values": OutputSpec(False, "int16", "distinct values of psi_1^T z_i(T) (psi_1 left top "
-                                                "eigenvector of V; -1 if the top eigenvalue of V is not "
-                                                "real and simple)", "1"),
+    "n_psi1_values": OutputSpec(False, "int16", "distinct values of psi_1^T z_i(T) (psi_1 left eigenvector "
+                                                "of the eigenvalue of V of largest modulus; -1 unless that "
+                                                "eigenvalue is real, positive, simple and <Q phi_1, K phi_1> > 0)",
+                                "1"),
     "attention_rank": OutputSpec(False, "int16", "numerical rank of P(T) (singular values > 1e-6 of the "
                                                  "largest)", "1"),
     "booleanness": OutputSpec(False, "float64", "distance sum_ij min(P_ij, 1 - P_ij) of P(T) to a "
@@ -89,14 +90,26 @@ REDUCTIONS = {
 FINAL_STATES = ("z_final", "P_final")
 
 
-def _top_eigenvalue_simple(V: np.ndarray) -> bool:
-    """psi_1 is only defined when the eigenvalue of largest real part is real and simple."""
-    vals = np.linalg.eigvals(V)
-    order = np.argsort(-vals.real)
+def good_triple(V: np.ndarray, Q: np.ndarray, K: np.ndarray) -> bool:
+    """[GLPR-E]'s hyperplane condition: the eigenvalue lambda_1 of V of largest modulus is real,
+    positive and simple (no other of the same modulus), and <Q phi_1, K phi_1> > 0 for its
+    eigenvector phi_1. Only then does psi_1^T z_i converge to at most 3 values.
+
+    >>> good_triple(np.diag([1.0, -0.5]), np.eye(2), np.eye(2)), good_triple(np.diag([1.0, -2.0]), np.eye(2), np.eye(2))
+    (True, False)
+    >>> good_triple(np.diag([1.0, 0.5]), np.eye(2), -np.eye(2))
+    False
+    """
+    vals, vecs = np.linalg.eig(V)
+    order = np.argsort(-np.abs(vals))
     top = vals[order[0]]
-    if abs(top.imag) > 1e-12 * max(1.0, abs(top)):
+    tol = 1e-9 * max(1.0, abs(top))
+    if abs(top.imag) > tol or top.real <= 0:
         return False
-    return len(vals) == 1 or vals[order[1]].real < top.real - 1e-9 * max(1.0, abs(top))
+    if len(vals) > 1 and abs(vals[order[1]]) > abs(top) - tol:
+        return False
+    phi = np.real(vecs[:, order[0]])
+    return bool((Q @ phi) @ (K @ phi) > 0)
 
 
 def reduce_final_states(sweep, coords: dict, out: dict) -> dict:
@@ -105,8 +118,10 @@ def reduce_final_states(sweep, coords: dict, out: dict) -> dict:
 
     z, P, bad = out.pop("z_final"), out.pop("P_final"), out["nonfinite"]
     ntraj = z.shape[0]
-    V = as_array(sweep.V, int(coords["d"]))
-    psi1_defined = _top_eigenvalue_simple(V)
+    d = int(coords["d"])
+    V = as_array(sweep.V, d)
+    Q, K = (np.eye(d) if m is None else as_array(m, d) for m in (sweep.Q, sweep.K))
+    psi1_defined = good_triple(V, Q, K)
     hull = np.zeros(ntraj, bool)
     n_psi1 = np.full(ntraj, -1, np.int16)
     rank = np.zeros(ntraj, np.int16)

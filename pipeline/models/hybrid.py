@@ -11,7 +11,7 @@ import math
 from typing import Literal
 
 import numpy as np
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ...kernels import vocabulary
 from .. import theory
@@ -41,6 +41,14 @@ class HybridSweep(SweepBase):
     model: Literal["hybrid"]
     attention: Literal[vocabulary.HYBRID_ATTENTIONS] = "sa"
     grid: HybridGrid
+    # early stopping and threads: as for the stochastic transformer
+    stop_when_resolved: bool = False
+    resolved_window: int = Field(default=2, ge=1)
+    threads: int = Field(default=1, ge=1)
+
+    def canonical(self) -> dict:
+        """As SweepBase's, without `threads`: it changes how a partition runs, not its numbers."""
+        return {k: v for k, v in super().canonical().items() if k != "threads"}
 
 
 class Hybrid(Model):
@@ -54,7 +62,9 @@ class Hybrid(Model):
         from ...kernels.hybrid import simulate_hybrid
 
         return simulate_hybrid(rngs, **sphere_cell(coords), sigma=float(coords["sigma"]),
-                               attention=sweep.attention, **time_arguments(sweep))
+                               attention=sweep.attention, stop_when_resolved=sweep.stop_when_resolved,
+                               resolved_window=sweep.resolved_window, threads=sweep.threads,
+                               **time_arguments(sweep))
 
     def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
         """P(antipodal) of two tokens started uniformly; NaN where none applies."""

@@ -39,6 +39,10 @@ class SphereFlowSweep(SweepBase):
     or a list of `heads` of them, normalised to (heads, d, d); it fixes grid.d, and a matrix it
     gives cannot also come from `qk` / `value` / a `time_varying` preset.
 
+    `precision`: float32 runs the state and the drift in single precision (1.6-1.8 times the
+    speed at large n d; statistics agree with float64 within sampling error). `threads`: integrate a
+    partition's trajectories on that many threads (same results, bit for bit).
+
     >>> from tokensweep.pipeline.spec import parse_sweep
     >>> s = parse_sweep({"name": "f", "model": "sphere_flow", "grid": {"beta": 1, "d": 8, "n": 4},
     ...     "time": {"T": 3.0, "layers": 30}, "trajectories": 2, "init": "equiangular"})
@@ -59,6 +63,8 @@ class SphereFlowSweep(SweepBase):
     delta: float = Field(default=1e-3, gt=0, lt=1)
     rst_scaling: bool = False
     matrices: Optional[dict[Literal[MATRIX_KEYS], tuple[Matrix, ...]]] = None
+    precision: Literal[vocabulary.FLOW_PRECISIONS] = "float64"
+    threads: int = Field(default=1, ge=1)
 
     @field_validator("matrices", mode="before")
     @classmethod
@@ -137,7 +143,8 @@ class SphereFlow(Model):
         return dict(**sphere_cell(coords), attention=sweep.attention, integrator=sweep.integrator,
                     heads=sweep.heads, qk=sweep.qk, value=sweep.value, period=sweep.period,
                     time_varying=sweep.time_varying, init=sweep.init, delta=sweep.delta,
-                    rst_scaling=sweep.rst_scaling, matrices=matrices, **time_arguments(sweep))
+                    rst_scaling=sweep.rst_scaling, matrices=matrices, precision=sweep.precision,
+                    threads=sweep.threads, **time_arguments(sweep))
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.sphere_flow import simulate_sphere_flow

@@ -35,6 +35,15 @@ class StochasticTransformerSweep(SweepBase):
     grid: Grid
     value_std: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     noise: Literal[vocabulary.NOISES] = "gaussian"
+    # early stopping (kernels/stochastic.py docstring): a trajectory with one resolved class at
+    # resolved_window consecutive checkpoints stops; later checkpoints repeat that checkpoint
+    stop_when_resolved: bool = False
+    resolved_window: int = Field(default=2, ge=1)
+    threads: int = Field(default=1, ge=1)  # a partition's trajectories on this many threads
+
+    def canonical(self) -> dict:
+        """As SweepBase's, without `threads`: it changes how a partition runs, not its numbers."""
+        return {k: v for k, v in super().canonical().items() if k != "threads"}
 
 
 class StochasticTransformer(Model):
@@ -49,7 +58,8 @@ class StochasticTransformer(Model):
 
         return simulate_stochastic_transformer(
             rngs, **sphere_cell(coords), value_std=sweep.value_std, attention=sweep.attention,
-            noise=sweep.noise, **time_arguments(sweep))
+            noise=sweep.noise, stop_when_resolved=sweep.stop_when_resolved,
+            resolved_window=sweep.resolved_window, threads=sweep.threads, **time_arguments(sweep))
 
     def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
         """P(antipodal) of two tokens started uniformly (SA and USA alike); NaN where none applies."""

@@ -1,16 +1,19 @@
 """What every figure of a report shares: the Agg backend, resolution, panel grids, titles, saving.
 
 One panel per combination of the grid axes that are not on the panel's own axes (d, n, ...).
-matplotlib runs on the Agg backend (files only, no display needed).
+matplotlib runs on the Agg backend (files only, no display needed), except in a Jupyter kernel, whose
+inline backend stays for the user's own plots (figures here are saved and closed either way).
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 
 import matplotlib
 
-matplotlib.use("Agg")
+if "ipykernel" not in sys.modules:  # a notebook that imports a model keeps its inline plots
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402

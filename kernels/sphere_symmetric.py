@@ -1,0 +1,254 @@
+"""The symmetric path of the sphere flow: retraction Euler for SA / USA with Q = K = I, V = +-I,
+one head, not time-varying, beta >= 0 (the setting of [GLPR-P] Figs. 3-4; docs/models.md 2).
+
+Same formulas and, in float64, the same bits as the general `sphere_drift.euler_step` (checked in
+tests/test_kernel_sphere_flow.py), organised for speed:
+
+- the state lives in the transposed layout xt (d, n) from the start to the end of a trajectory
+  (the layout the two products and the per-token loops want), not copied in and out every step;
+- weights: the Gram G = xt^T xt (dgemm; every entry one fused-multiply-add chain over k, so G is
+  exactly symmetric), the common shift c = max_k G_kk, E = exp(beta (G - c)) over the full matrix
+  in one flat vectorised loop (twice the exponentials of the triangle, but no mirror pass and no
+  short rows: faster at every d measured), without a clamp when 2 beta c < 700, where the clamp
+  of `exp_vec` cannot act (same bits);
+- at = xt E and the column sums of E (SA normalisers) in one dgemm, from the state stored with a
+  row of ones below it (a sum of 1 * E_ji chained by fma is the serial sum); then three passes
+  over (d, n): scale by 1/tot (SA) and the sign of V, with <x_i, f_i>; the increment, |y_i|^2
+  and "moved"; the normalised y written back into xt.
+- recording: `sphere_outcomes.record_t`, from the transposed state.
+- d > n: with V = +-I every token stays in the span of the start's n tokens, so the flow is run
+  in the coordinates y = x B^T of an orthonormal basis B (n, d) of that span (Householder QR of
+  the start): an isometry, so every output (overlaps, counts, energy, hemisphere) is unchanged in
+  exact arithmetic, at the cost of an n-dimensional step instead of a d-dimensional one. Rounding
+  differs from the d-dimensional run (~1e-15 per step); states are mapped back as y B.
+
+Precision: the kernels take xt float64 or float32 (`vecmath.vexp` and `like` pick the float32
+exp and constants); records are computed in float64 from the state.
+"""
+
+import numpy as np
+from numba import njit
+
+from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from . import outcomes
+from .ensembles import shape_start
+from .sphere_drift import EULER, TV_NONE, V_IDENTITY, V_MINUS_IDENTITY
+from .sphere_outcomes import memory, record_t
+from .vecmath import like, tiny_like, vexp, vexp_unclamped
+
+SPAN_REDUCTION = True  # d > n: integrate in an n-dimensional basis of the start's span
+
+
+def applies(integrator, par, heads):
+    """Is the symmetric path this configuration's? integrator: code; par: `sphere_flow`'s
+    (beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0)."""
+    beta, _, _, qk_identity, v_code, tv_mode, _ = par
+    return (integrator == EULER and heads == 1 and qk_identity and tv_mode == TV_NONE
+            and beta >= 0.0 and v_code in (V_IDENTITY, V_MINUS_IDENTITY))
+
+
+@njit(nogil=True, cache=True)
+def workspace_t(n, d, proto):
+    """Scratch of `euler_step_t` in the dtype of proto: (g (n, n), dot, nrm, mvd, s (n,),
+    ae (d + 1, n))."""
+    dt = proto.dtype
+    return (np.empty((n, n), dt), np.empty(n, dt), np.empty(n, dt), np.empty(n, dt),
+            np.empty(n, dt), np.empty((d + 1, n), dt))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _exp_row(row, b, c, clamp):
+    """row[i] <- exp(b (row[i] - c)) (a loop from 0: it vectorises)."""
+    if clamp:
+        for i in range(row.shape[0]):
+            row[i] = vexp(b * (row[i] - c))
+    else:
+        for i in range(row.shape[0]):
+            row[i] = vexp_unclamped(b * (row[i] - c))
+
+
+@njit(nogil=True, cache=True)
+def symmetric_weights(xt, beta, causal, g):
+    """g <- E, E[j, i] = exp(beta (G_ij - c)) for keys j of query i (0 for causally masked
+    j > i), G = xt^T xt, c = max_k G_kk. Returns c."""
+    d, n = xt.shape
+    np.dot(xt.T, xt, g)
+    c = like(0.0, xt)
+    for i in range(n):
+        c = max(c, g[i, i])
+    b = like(beta, xt)
+    clamp = not 2.0 * beta * c < 700.0  # else every argument is in [-708, 0]: no clamp can act
+    if causal:
+        for j in range(n):
+            gj = g[j]
+            for i in range(j):
+                gj[i] = 0.0
+            _exp_row(gj[j:], b, c, clamp)
+    else:  # one flat loop over the n^2 entries: a long vector loop
+        _exp_row(g.reshape(n * n), b, c, clamp)
+    return c
+
+
+@njit(nogil=True, cache=True)
+def euler_step_t(xe, h, beta, usa, causal, sign, log_scale0, ws):
+    """One retraction-Euler step of the symmetric flow in place; False if non-finite.
+
+    xe (d + 1, n): the state xt (d, n) in rows 0..d-1, ones in row d, so that the product
+    xe E also returns the column sums of E (each an fma chain with factors 1: the serial sums).
+    usa: USA (else SA); sign: +1.0 (V = I) or -1.0 (V = -I); log_scale0: -log(d)/2 with the
+    [RST] scaling, else 0; ws: `workspace_t`. The scale e^{shift} (USA: beta c - log n) goes on
+    the side of x_i + h e^{shift} inc_i where it is <= 1, as in `sphere_drift.euler_step`."""
+    g, dot, nrm, mvd, s, ae = ws
+    d = xe.shape[0] - 1
+    n = xe.shape[1]
+    xt = xe[:d]
+    c = symmetric_weights(xt, beta, causal, g)
+    np.dot(xe, g, ae)
+    at = ae[:d]
+    tot = ae[d]
+    if usa:
+        shift = beta * float(c) - np.log(n) + log_scale0
+        for i in range(n):
+            tot[i] = 1.0
+    else:
+        shift = log_scale0
+        for i in range(n):
+            tot[i] = 1.0 / tot[i]
+    if shift > 0.0:
+        fx, fa = np.exp(-shift), h
+    elif shift < 0.0:
+        fx, fa = 1.0, h * np.exp(shift)
+    else:
+        fx, fa = 1.0, h
+    fx, fa, sg = like(fx, xt), like(fa, xt), like(sign, xt)
+    for i in range(n):
+        dot[i] = 0.0
+        nrm[i] = 0.0
+        mvd[i] = 0.0
+    for k in range(d):  # f = sign (at / tot) and <x_i, f_i>
+        ak = at[k]
+        xk = xt[k]
+        for i in range(n):
+            f = sg * (ak[i] * tot[i])
+            ak[i] = f
+            dot[i] += xk[i] * f
+    for k in range(d):  # increment, |y_i|^2, moved
+        ak = at[k]
+        xk = xt[k]
+        for i in range(n):
+            inc = ak[i] - dot[i] * xk[i]
+            y = fx * xk[i] + fa * inc
+            nrm[i] += y * y
+            mvd[i] += abs(inc)
+    if causal:  # V = +-I: A_1 = +-x_1, token 1 does not move at all
+        mvd[0] = 0.0
+    tiny = tiny_like(xt)
+    special = False
+    for i in range(n):
+        s[i] = 0.0  # 0: leave the token as it is
+        if mvd[i] == 0.0:  # inc_i exactly 0: the token stays bitwise fixed
+            continue
+        if not nrm[i] >= tiny:  # |y|^2 underflowed (or NaN): below, token by token
+            s[i] = -1.0
+            special = True
+            continue
+        norm = np.sqrt(nrm[i])
+        if not (norm > 0.0 and norm < np.inf):
+            return False
+        s[i] = 1.0 / norm
+    for k in range(d):  # x <- y / |y|, y recomputed as above
+        ak = at[k]
+        xk = xt[k]
+        for i in range(n):
+            if s[i] > 0.0:
+                xk[i] = (fx * xk[i] + fa * (ak[i] - dot[i] * xk[i])) * s[i]
+    if special:
+        for i in range(n):
+            if s[i] < 0.0 and not _normalise_scaled(xt, at, dot, fx, fa, i):
+                return False
+    return True
+
+
+@njit(nogil=True, cache=True)
+def _normalise_scaled(xt, at, dot, fx, fa, i):
+    """Token i whose |y|^2 underflowed: y / max_k |y_k|, then normalised (`retract`)."""
+    d = xt.shape[0]
+    top = 0.0
+    for k in range(d):
+        y = fx * xt[k, i] + fa * (at[k, i] - dot[i] * xt[k, i])
+        at[k, i] = y
+        top = max(top, abs(y))
+    if not top > 0.0:
+        return False
+    nrm2 = 0.0
+    for k in range(d):
+        at[k, i] /= top
+        nrm2 += at[k, i] * at[k, i]
+    norm = np.sqrt(nrm2)
+    if not (norm > 0.0 and norm < np.inf):
+        return False
+    for k in range(d):
+        xt[k, i] = at[k, i] * (1.0 / norm)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# blocks of trajectories
+
+
+@njit(nogil=True, cache=True)
+def span_basis(x, basis):
+    """basis (n, d) <- orthonormal rows spanning the rows of x (n, d), n < d (Householder QR of
+    x^T: orthonormal even where x is rank deficient)."""
+    q, _ = np.linalg.qr(x.T.copy())
+    basis[:, :] = q.T
+
+
+@njit(nogil=True, cache=True)
+def integrate_t(z, r0, init, h, layers, ckpt, times, par, delta, eps, out, states, proto,
+                reduce):
+    """Trajectories r0, r0 + 1, ... of a symmetric run (module docstring) from z (B, n, d), each
+    one's n*d standard normals (as `sphere_flow.trajectories_from_normals`; overwritten).
+
+    par: (beta, usa, causal, sign, log_scale0). proto: an array of the working dtype (float64 or
+    float32). reduce: integrate in the span of the start (needs n < d). Fills rows r0 to
+    r0 + B - 1 of out and states."""
+    beta, usa, causal, sign, log_scale0 = par
+    nb, n, d = z.shape
+    m = n if reduce else d
+    ws = workspace_t(n, m, proto)
+    xe = np.ones((m + 1, n), proto.dtype)  # the state in rows 0..m-1 (`euler_step_t`)
+    xt = xe[:m]
+    g = np.empty((n, n))
+    xr = np.empty((n, m))
+    x64 = np.empty((m, n))
+    basis = np.empty((n, d))
+    for b in range(nb):
+        r = r0 + b
+        memo = memory(m)
+        x = z[b]
+        ok = shape_start(init, x)
+        if ok:
+            if reduce:
+                span_basis(x, basis)
+                y = np.dot(x, basis.T)
+            else:
+                y = x
+            for i in range(n):
+                for k in range(m):
+                    xt[k, i] = y[i, k]
+        c = 0
+        if ok:
+            for s in range(layers):
+                if not euler_step_t(xe, h, beta, usa, causal, sign, log_scale0, ws):
+                    ok = False
+                    break
+                if s + 1 == ckpt[c]:
+                    record_t(xt, beta, delta, eps, g, x64, xr, out, r, c, memo)
+                    if states.shape[1] > 0:
+                        if reduce:
+                            states[r, c] = np.dot(xr, basis)
+                        else:
+                            states[r, c] = xr
+                    c += 1
+        outcomes.finish_trajectory(out, r, ok, times)

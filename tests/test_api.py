@@ -1,0 +1,112 @@
+"""The Python API (`import tokensweep`): light to import, catalog and specs, `tokensweep.run` from a
+plain script without a main guard and from a notebook, errors raised as exceptions before anything
+runs, growth through the API. Real Prefect server, real Dask cluster, real kernels."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import TINY
+
+import tokensweep
+from tokensweep.pipeline.store import DONE, read_status
+
+pytestmark = pytest.mark.slow  # stores grown through real flows, subprocesses: `pytest -m slow`
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "docs" / "example.ipynb"
+SMALL = {**TINY, "name": "small", "grid": {"beta": [0.5, 2.0], "d": 3, "n": 2}, "trajectories": 10}
+
+
+def test_import_is_light_and_registers_the_accessor():
+    code = ("import sys, tokensweep, xarray as xr; "
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'numba', 'prefect', 'distributed', 'scipy', 'typer'}); "
+            "print(heavy, hasattr(xr.Dataset(), 'tokensweep'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "True"]
+
+
+def test_catalog_and_load_spec():
+    entries = {e.name: e for e in tokensweep.catalog()}
+    assert entries["quickstart"].model == "stochastic_transformer"
+    assert "antipodal" in entries["quickstart"].description
+    assert tokensweep.load_spec("quickstart").name == "quickstart"
+    assert tokensweep.load_spec(entries["quickstart"].path) == tokensweep.load_spec("quickstart")
+    assert tokensweep.load_spec(SMALL).trajectories == 10
+    with pytest.raises(tokensweep.SpecError, match="trajectories"):
+        tokensweep.load_spec({**SMALL, "trajectories": 0})
+
+
+def test_run_refuses_bad_input_before_anything_runs(tmp_path):
+    store = tmp_path / "s.zarr"
+    with pytest.raises(tokensweep.SpecError, match="grid.d"):
+        tokensweep.run({**SMALL, "grid": {**SMALL["grid"], "d": 1}}, store=store)
+    with pytest.raises(tokensweep.SpecError, match="not found"):
+        tokensweep.run("no-such-spec", store=store)
+    assert not store.exists()
+
+
+SCRIPT = """
+import tokensweep
+
+
+spec = {spec!r}
+ds = tokensweep.run(spec, store={store!r}, workers=1, progress=True)
+p = ds.tokensweep.probability("antipodal")
+print("RESULT", ds.attrs["pending"], p.N.values.tolist())
+"""
+
+
+def test_run_from_a_plain_script_without_a_main_guard(prefect_server, tmp_path):
+    store = tmp_path / "script.zarr"
+    script = tmp_path / "sweep_script.py"  # no `if __name__ == "__main__":` anywhere
+    script.write_text(SCRIPT.format(spec=SMALL, store=str(store)))
+    env = {**os.environ, "PREFECT_API_URL": prefect_server, "NUMBA_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=400)
+    assert out.returncode == 0, out.stdout + out.stderr[-4000:]
+    assert "Nanny failed to start" not in out.stderr
+    assert "RESULT 0 [10, 10]" in out.stdout  # every trajectory of both cells, nothing pending
+    assert "small: 4/4 partitions done" in out.stderr  # the progress, read from the store
+    assert "computed 4 of 4 partitions" in out.stdout
+    assert (read_status(store) == DONE).all()
+
+
+def test_run_grows_a_store_computing_only_the_new_partitions(prefect_server, tmp_path, capsys):
+    store = tmp_path / "grown.zarr"
+    ds = tokensweep.run(SMALL, store=store, workers=1)
+    assert ds.attrs["pending"] == 0 and ds.sizes["traj"] == 10
+    before = ds.cluster_class.load()
+    grown = tokensweep.run({**SMALL, "trajectories": 20, "grid": {**SMALL["grid"], "beta": [0.5, 1.0, 2.0]}},
+                           store=store, workers=1)
+    out = capsys.readouterr().out
+    assert "computed 8 of 12 partitions" in out  # 3 cells x 4 blocks, 2 x 2 of them already there
+    assert grown.attrs["pending"] == 0 and grown.sizes == {**grown.sizes, "traj": 20, "beta": 3}
+    np.testing.assert_array_equal(grown.cluster_class.sel(beta=before.beta, traj=before.traj).values,
+                                  before.values)
+    with pytest.raises(tokensweep.StoreError, match="seed: 11 -> 12"):
+        tokensweep.run({**SMALL, "trajectories": 20, "grid": {**SMALL["grid"], "beta": [0.5, 1.0, 2.0]},
+                        "seed": 12}, store=store)
+
+
+def test_the_example_notebook_executes(prefect_server, tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = json.dumps([o.get("data", {}).get("text/plain", o.get("text", "")) for o in outputs])
+    assert "pending trajectories: 0" in text
+    assert "partitions done" in text  # the progress display
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # the plot
+    assert (read_status(tmp_path / "results" / "example.zarr") == DONE).all()
