@@ -125,8 +125,21 @@ def _refuse_if_locked(store: Path) -> None:
     from ..pipeline.lock import read_lock, store_lock
 
     if read_lock(store) is not None:
-        with store_lock(store):  # raises StoreError naming the owner (and staleness)
-            pass
+        try:
+            with store_lock(store):  # raises StoreError naming the owner (and staleness)
+                pass
+        except StoreError:
+            _report_crashed(store)
+            raise
+
+
+def _report_crashed(store: Path) -> None:
+    """A stale lock's flow run is set Crashed in Prefect (it stays Running there otherwise)."""
+    from .flow_lock import mark_crashed_if_stale
+
+    done = mark_crashed_if_stale(store)
+    if done:
+        typer.echo(done, err=True)
 
 
 def _scheduler(scheduler: Optional[str], scheduler_file: Optional[str]) -> Optional[str]:
@@ -419,12 +432,16 @@ def plan(
 def unlock(store: str = StoreArg):
     """Break the lock of STORE left by a sweep that died (check that none is running first)."""
     from ..pipeline.lock import break_lock, lock_path, owner_text
+    from .flow_lock import mark_crashed
 
     if not Path(store).exists() and not lock_path(store).exists():
         _fail(f"no store at {store} and no lock beside it: check the path")
     held = break_lock(store)
     typer.echo(f"broke the lock held by {owner_text(held)}" if held is not None
                else f"{store} was not locked")
+    crashed = mark_crashed(held) if held else None  # its flow run died with it (or is asked to)
+    if crashed:
+        typer.echo(crashed)
 
 
 @app.command()
@@ -503,7 +520,8 @@ def serve(
     """Register the `sweep/NAME` deployment and run sweeps launched (or retried) from the UI.
 
         $ tokensweep serve --scheduler-file ~/sched.json
-        $ prefect deployment run sweep/tokensweep -p store=results/q.zarr --params '{"spec": {...}}'
+        $ eval "$(tokensweep server env)"    # the bare `prefect` command then uses the same server
+        $ prefect deployment run sweep/tokensweep --params '{"store": "results/q.zarr", "spec": {...}}'
 
     Runs until interrupted; each flow run uses the cluster chosen here (a new local
     cluster per run by default).
@@ -515,16 +533,36 @@ def serve(
 
 
 @server_app.command("start")
-def server_start():
-    """Start (or reuse) the local Prefect server and print its API URL."""
-    from .server import ensure_server
+def server_start(
+    database: Optional[str] = typer.Option(
+        None, help="the server's database: postgresql+asyncpg://USER:PASSWORD@HOST:PORT/DB",
+        show_default="$PREFECT_API_DATABASE_CONNECTION_URL, else SQLite in TOKENSWEEP_HOME"),
+):
+    """Start (or reuse) tokensweep's local Prefect server and print its API URL."""
+    from .server import ServerError, local_server
 
-    typer.echo(ensure_server())
+    try:
+        typer.echo(local_server(database))
+    except ServerError as err:
+        _fail(str(err))
+
+
+@server_app.command("env")
+def server_env():
+    """Print `export PREFECT_API_URL=...` for tokensweep's server (started if none runs).
+
+        $ eval "$(tokensweep server env)"     # then bare `prefect ...` commands use it
+    """
+    from .server import QUIET_ENV, ensure_server
+
+    typer.echo(f"export PREFECT_API_URL={ensure_server()}")
+    for key, value in QUIET_ENV.items():
+        typer.echo(f"export {key}={os.environ.get(key, value)}")
 
 
 @server_app.command("stop")
 def server_stop():
-    """Stop the local Prefect server that tokensweep started."""
+    """Stop the local Prefect server that tokensweep started (in TOKENSWEEP_HOME)."""
     from .server import stop_server
 
     typer.echo("stopped" if stop_server() else "no server started by tokensweep is running")

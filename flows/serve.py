@@ -15,19 +15,21 @@ DEPLOYMENT = "tokensweep"
 def serve_sweeps(name: str = DEPLOYMENT, *, workers: int | None = None,
                  scheduler: str | None = None, scheduler_file: str | None = None,
                  limit: int | None = None) -> None:
-    """Serve the sweep deployment until interrupted (Ctrl-C)."""
+    """Serve the sweep deployment until interrupted (Ctrl-C), on tokensweep's Prefect server."""
     from .run import prepare_environment, resolve_scheduler, task_runner
+    from .server import prefect_api
 
     scheduler = resolve_scheduler(scheduler, scheduler_file)
-    prepare_environment(scheduler)
+    api_url = prepare_environment(scheduler)
     from .sweep import sweep_flow
 
     served = sweep_flow.with_options(task_runner=task_runner(workers, scheduler))
-    served.serve(
-        name=name,
-        parameters={"failed_only": False, "progress": False},
-        description="Run (or resume) a tokensweep sweep: `spec` is the YAML spec as a "
-                    "mapping, `store` the zarr store path as seen by this server process.",
-        tags=["tokensweep"],
-        limit=limit,
-    )
+    with prefect_api(api_url):  # else a temporary server: Prefect read its settings at import
+        served.serve(
+            name=name,
+            parameters={"failed_only": False, "progress": False},
+            description="Run (or resume) a tokensweep sweep: `spec` is the YAML spec as a "
+                        "mapping, `store` the zarr store path as seen by this server process.",
+            tags=["tokensweep"],
+            limit=limit,
+        )

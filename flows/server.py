@@ -1,14 +1,22 @@
-"""One local Prefect server for a sweep and all of its Dask workers.
+"""One local Prefect server for a sweep, all of its Dask workers and every tokensweep command.
 
-Without an API URL every Prefect client process (the flow and each Dask worker) starts
-its own temporary server, which costs ~15 s per process. So, unless the user has
-configured Prefect (``PREFECT_API_URL`` in the environment or the active profile), we
-start one ``prefect server start`` on loopback (SQLite under PREFECT_HOME), leave it
-running for the next sweep to reuse, and export its URL *before* any worker starts.
+Without an API URL every Prefect client process (the flow, each Dask worker, a bare
+``prefect deployment run``) starts its own temporary server, which costs ~15 s per process and,
+two at a time on one SQLite file, fails with "database is locked". So, unless the user has
+configured Prefect (``PREFECT_API_URL`` in the environment or the active profile), tokensweep
+starts one ``prefect server start`` on loopback, leaves it running for the next command to
+reuse, and hands its URL to every process it starts. ``tokensweep server env`` prints it for
+the bare ``prefect`` commands (``eval "$(tokensweep server env)"``).
+
+Where the server lives: ``TOKENSWEEP_HOME`` when set, else ``var/tokensweep`` under the
+active environment (``sys.prefix``), so two checkouts with their own venvs keep two servers
+and never stop each other's. Its PREFECT_HOME (the SQLite database, unless the server is
+given a database URL) is the ``prefect`` folder inside it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -17,19 +25,34 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
-STATE_DIR = Path(os.environ.get("TOKENSWEEP_HOME", Path.home() / ".tokensweep"))
-STATE_FILE = STATE_DIR / "prefect-server.json"
 QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "true"}
+DATABASE_ENV = "PREFECT_API_DATABASE_CONNECTION_URL"
+DATABASE_SCHEMES = ("postgresql+asyncpg://", "sqlite+aiosqlite://")
 START_TIMEOUT_S = 90.0
+
+
+class ServerError(ValueError):
+    """A server that cannot be started or used as asked; the message says why and what to do."""
+
+
+def state_dir() -> Path:
+    """Where the local server keeps its URL, pid, log and (SQLite) database."""
+    home = os.environ.get("TOKENSWEEP_HOME")
+    return Path(home) if home else Path(sys.prefix) / "var" / "tokensweep"
+
+
+def state_file() -> Path:
+    return state_dir() / "prefect-server.json"
 
 
 def healthy(api_url: str, timeout: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as r:
             return r.status == 200
-    except OSError:
+    except (OSError, ValueError):
         return False
 
 
@@ -54,31 +77,74 @@ def _free_port(preferred: int = 4200) -> int:
     raise RuntimeError("no free port on 127.0.0.1")
 
 
-def _recorded_server() -> str | None:
+def recorded_server() -> dict | None:
+    """The server tokensweep started here ({api_url, pid, database}), if it still answers."""
     try:
-        url = json.loads(STATE_FILE.read_text())["api_url"]
-    except (OSError, ValueError, KeyError):
+        record = json.loads(state_file().read_text())
+        url = record["api_url"]
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return url if healthy(url) else None
+    return record if healthy(url) else None
 
 
-def start_server(port: int | None = None) -> str:
-    """Start a detached ``prefect server start`` on loopback and wait until healthy."""
+def redacted(database: str | None) -> str:
+    """A database URL without its password (what is recorded and printed)."""
+    if not database:
+        return "sqlite (PREFECT_HOME)"
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(database).render_as_string(hide_password=True)
+    except Exception:  # not a URL sqlalchemy reads: Prefect will say more when it starts
+        return database.split("@")[-1]
+
+
+def check_database(database: str) -> None:
+    if not database.startswith(DATABASE_SCHEMES):
+        raise ServerError(f"--database {redacted(database)!r} is not a database URL Prefect can use: "
+                          "give postgresql+asyncpg://USER:PASSWORD@HOST:PORT/DB "
+                          "(or sqlite+aiosqlite:///PATH)")
+
+
+@contextmanager
+def _start_lock():
+    """Serialize check-and-start: two commands at once must not start two servers on one database."""
+    state_dir().mkdir(parents=True, exist_ok=True)
+    with open(state_dir() / "prefect-server.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def start_server(port: int | None = None, database: str | None = None) -> str:
+    """Start a detached ``prefect server start`` on loopback and wait until healthy.
+
+    `database` (else ``PREFECT_API_DATABASE_CONNECTION_URL`` from the environment, else SQLite
+    under this server's PREFECT_HOME) is the server's database."""
+    database = database or os.environ.get(DATABASE_ENV) or None
+    if database:
+        check_database(database)
     port = port or _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    home = state_dir()
+    (home / "prefect").mkdir(parents=True, exist_ok=True)
     prefect = shutil.which("prefect", path=str(Path(sys.executable).parent)) or "prefect"
-    log = open(STATE_DIR / "prefect-server.log", "ab")
-    proc = subprocess.Popen(
-        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        # the UI must call this server, not the default port's (another server may be there)
-        env={**os.environ, **QUIET_ENV, "PREFECT_UI_API_URL": api_url}, start_new_session=True,
-    )
+    env = {**os.environ, **QUIET_ENV, "PREFECT_HOME": str(home / "prefect"),
+           # the UI must call this server, not the default port's (another server may be there)
+           "PREFECT_UI_API_URL": api_url}
+    env.pop("PREFECT_API_URL", None)
+    env.pop(DATABASE_ENV, None)
+    if database:
+        env[DATABASE_ENV] = database
+    with open(home / "prefect-server.log", "ab") as log:
+        proc = subprocess.Popen(
+            [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if healthy(api_url):
-            STATE_FILE.write_text(json.dumps({"api_url": api_url, "pid": proc.pid}))
+            state_file().write_text(json.dumps(
+                {"api_url": api_url, "pid": proc.pid, "database": redacted(database)}))
             return api_url
         if proc.poll() is not None:
             break
@@ -86,17 +152,17 @@ def start_server(port: int | None = None) -> str:
     proc.kill()
     raise RuntimeError(
         f"the Prefect server did not become healthy at {api_url} within {START_TIMEOUT_S:.0f} s; "
-        f"see {STATE_DIR / 'prefect-server.log'}"
+        f"see {home / 'prefect-server.log'}"
     )
 
 
 def stop_server() -> bool:
     """Stop the server this tool started, if it is still running."""
     try:
-        pid = json.loads(STATE_FILE.read_text())["pid"]
-    except (OSError, ValueError, KeyError):
+        pid = json.loads(state_file().read_text())["pid"]
+    except (OSError, ValueError, KeyError, TypeError):
         return False
-    STATE_FILE.unlink(missing_ok=True)
+    state_file().unlink(missing_ok=True)
     try:
         os.killpg(pid, 15)
     except ProcessLookupError:
@@ -104,10 +170,41 @@ def stop_server() -> bool:
     return True
 
 
+def local_server(database: str | None = None) -> str:
+    """The URL of tokensweep's local server, started now unless one is running.
+
+    A running one on another database than `database` (default: PREFECT_API_DATABASE_CONNECTION_URL
+    from the environment) is refused: stop it first."""
+    database = database or os.environ.get(DATABASE_ENV) or None
+    if database:
+        check_database(database)
+    with _start_lock():
+        record = recorded_server()
+        if record is None:
+            return start_server(database=database)
+        if database and redacted(database) != record.get("database"):
+            raise ServerError(f"tokensweep's server at {record['api_url']} uses "
+                              f"{record.get('database')}, not {redacted(database)}: "
+                              "`tokensweep server stop` first")
+        return record["api_url"]
+
+
 def ensure_server() -> str:
     """Point this process (and the workers it will start) at one Prefect API; return its URL."""
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
-    url = configured_api_url() or _recorded_server() or start_server()
+    url = configured_api_url() or local_server()
     os.environ["PREFECT_API_URL"] = url
     return url
+
+
+@contextmanager
+def prefect_api(url: str):
+    """This process's Prefect clients talk to `url` during the block.
+
+    Setting the environment variable is not enough once Prefect is imported: its settings
+    were read then, and a client would start a temporary server."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        yield url

@@ -20,10 +20,10 @@ from prefect.futures import as_completed
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..pipeline.execute import pending_partitions, run_partition
-from ..pipeline.lock import store_lock
 from ..pipeline.plan import Plan
 from ..pipeline.spec import parse_sweep
 from ..pipeline.store import FAILED, open_cube, prepare_store, read_status, record_provenance
+from .flow_lock import flow_lock
 
 PARTITION_RETRIES = 2
 
@@ -53,13 +53,13 @@ def report_dir(store: str | Path) -> Path:
     return Path(store).with_suffix(".report")
 
 
-@flow(name="sweep", flow_run_name="{spec[name]}")
+@flow(name="sweep", flow_run_name="{spec[name]} @ {store}")
 def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool = True) -> dict:
     """Run every partition of `spec` that `store` does not hold yet (or only the failed
     ones), then report. Safe to retry: done partitions are never recomputed."""
     logger = get_run_logger()
     sweep = parse_sweep(spec, store=store)
-    with store_lock(store):  # before the store is created or grown: two new runs never collide
+    with flow_lock(store):  # before the store is created or grown: two new runs never collide
         created = prepare_store(sweep, store)
         plan = Plan(sweep)
         if failed_only:

@@ -1,7 +1,8 @@
 """One writer per store: an exclusive lock file beside the store, with its owner and time.
 
 The lock is created atomically (O_CREAT | O_EXCL) as ``STORE.lock``, holding the host,
-process id and start time of the sweep that writes the store. A second sweep is refused
+process id and start time of the sweep that writes the store, and what the caller adds (the
+Prefect flow records its flow-run id and API, see `flows.flow_lock`). A second sweep is refused
 with a message naming the owner. A lock whose owner died (same host, process gone) is
 reported as stale but never broken silently: ``tokensweep unlock STORE`` breaks it.
 
@@ -34,6 +35,11 @@ def read_lock(store: str | Path) -> dict | None:
         return None
 
 
+def is_stale(owner: dict) -> bool:
+    """The lock's owner is known dead: its process is gone from this host."""
+    return _alive(owner) is False
+
+
 def _alive(owner: dict) -> bool | None:
     """True/False for a process on this host, None when it runs elsewhere (unknown)."""
     if owner.get("host") != socket.gethostname():
@@ -48,12 +54,15 @@ def _alive(owner: dict) -> bool | None:
 
 
 @contextmanager
-def store_lock(store: str | Path):
-    """Hold the store's lock for the duration of the block; refuse if someone else holds it."""
+def store_lock(store: str | Path, **about):
+    """Hold the store's lock for the duration of the block; refuse if someone else holds it.
+
+    `about`: more to record for whoever finds the lock (JSON values; None ones are left out)."""
     path = lock_path(store)
     path.parent.mkdir(parents=True, exist_ok=True)  # taken before the store is created
     owner = {"host": socket.gethostname(), "pid": os.getpid(),
-             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             **{k: v for k, v in about.items() if v is not None}}
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
@@ -76,7 +85,7 @@ def describe_lock(store: str | Path) -> str | None:
     if not lock_path(store).exists():
         return None
     held = read_lock(store) or {}
-    if _alive(held) is False:
+    if is_stale(held):
         return (f"{owner_text(held)}; that process is gone, so the lock is stale: "
                 f"break it with `tokensweep unlock {store}`")
     return f"{owner_text(held)}; wait for it to finish, or if it is dead, `tokensweep unlock {store}`"

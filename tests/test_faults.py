@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from distributed import Client
-from conftest import SPECS, TOKENSWEEP, output_cube
+from conftest import SPECS, TOKENSWEEP, api, output_cube, the_flow_run_of_store
 from typer.testing import CliRunner
 
 from tokensweep.flows.cli import app
@@ -174,19 +174,50 @@ def test_killed_flow_process_then_unlock_and_rerun(
     k = not_done(store)
     assert 0 < k < 12
 
+    flow_run = the_flow_run_of_store(prefect_server, store)
+    assert flow_run["state_type"] == "RUNNING"  # the killed process never told Prefect
     refused = cli("run", spec, "--store", store, "--scheduler-file", dask_cluster.scheduler_file)
     assert refused.returncode == 2
+    # the run that found the stale lock ended the dead flow run in Prefect
+    assert f"flow run {flow_run['name']} ({flow_run['id']}) marked Crashed" in refused.stderr
+    assert api(prefect_server, f"/flow_runs/{flow_run['id']}")["state_type"] == "CRASHED"
     assert f"being written by another sweep (pid {sweep.pid} on {socket.gethostname()}" in refused.stderr
     assert f"the lock is stale: break it with `tokensweep unlock {store}`" in refused.stderr
     assert "lock is stale" in cli("status", store).stdout
     unlocked = cli("unlock", store)
     assert unlocked.returncode == 0 and f"broke the lock held by pid {sweep.pid}" in unlocked.stdout
+    assert "is CRASHED, left as it is" in unlocked.stdout
 
     rerun = cli("run", spec, "--store", store, "--scheduler-file", dask_cluster.scheduler_file,
                 "--no-progress")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"computed {k} of 12 partitions" in rerun.stdout
     xr.testing.assert_identical(output_cube(store), slow_reference)
+
+
+@pytest.mark.slow
+def test_unlock_marks_the_killed_flow_run_crashed(
+        dask_cluster, prefect_server, slow_spec, write_spec, tmp_path, cli):
+    store, log = tmp_path / "crashed.zarr", tmp_path / "run.log"
+    sweep = start_sweep(write_spec(slow_spec), store, dask_cluster.scheduler_file, log)
+    wait_until(lambda: store.exists() and running(store), 120, "a partition being computed")
+    held = json.loads(lock_path(store).read_text())
+    sweep.send_signal(signal.SIGKILL)
+    sweep.wait(timeout=30)
+    flow_run = the_flow_run_of_store(prefect_server, store)
+    assert flow_run["name"] == f"slow @ {store}"  # flow-run names carry the store
+    assert held["flow_run_id"] == flow_run["id"] and held["prefect_api"] == prefect_server
+    assert flow_run["state_type"] == "RUNNING"
+
+    unlocked = cli("unlock", store)
+    assert unlocked.returncode == 0, unlocked.stdout + unlocked.stderr
+    assert f"flow run slow @ {store} ({flow_run['id']}) marked Crashed" in unlocked.stdout
+    after = api(prefect_server, f"/flow_runs/{flow_run['id']}")
+    assert after["state_type"] == "CRASHED" and f"pid {sweep.pid}" in after["state"]["message"]
+    # the dead flow's partitions still queued on the shared cluster end before the next test
+    count_tasks = lambda dask_scheduler: len(dask_scheduler.tasks)  # noqa: E731 (pickled by value)
+    with Client(scheduler_file=dask_cluster.scheduler_file, timeout=30) as client:
+        wait_until(lambda: client.run_on_scheduler(count_tasks) == 0, 120, "the cluster to drain")
 
 
 @pytest.fixture
