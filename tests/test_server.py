@@ -1,0 +1,99 @@
+"""tokensweep's own Prefect server: every command, bare `prefect` ones included, reuses it.
+
+The server lives in TOKENSWEEP_HOME (else under the active environment), so a test points
+TOKENSWEEP_HOME at a temporary folder and starts, uses and stops a real server there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import BIN, TINY, api, flow_runs_of_store, run_tokensweep
+from typer.testing import CliRunner
+
+from tokensweep.flows.cli import app
+
+runner = CliRunner()
+
+
+def test_default_home_is_inside_the_environment(monkeypatch):
+    from tokensweep.flows.server import state_dir
+
+    monkeypatch.delenv("TOKENSWEEP_HOME", raising=False)
+    assert state_dir() == Path(sys.prefix) / "var" / "tokensweep"
+    monkeypatch.setenv("TOKENSWEEP_HOME", "/somewhere/else")
+    assert state_dir() == Path("/somewhere/else")
+
+
+@pytest.mark.parametrize("url", ["mysql://u:secret@db/prefect", "postgresql://u:secret@db/prefect"])
+def test_a_database_prefect_cannot_use_exits_2(url):
+    result = runner.invoke(app, ["server", "start", "--database", url])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: --database") and result.output.count("\n") == 1
+    assert "postgresql+asyncpg://" in result.output and "secret" not in result.output
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A fresh TOKENSWEEP_HOME, no API URL configured: what a new user has."""
+    env = {**os.environ, "TOKENSWEEP_HOME": str(tmp_path / "home"), "NUMBA_NUM_THREADS": "1"}
+    env.pop("PREFECT_API_URL", None)
+    env.pop("PREFECT_HOME", None)
+    yield env
+    subprocess.run([str(BIN / "tokensweep"), "server", "stop"], env=env, capture_output=True)
+
+
+def sh(command: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", f"PATH={BIN}:$PATH; {command}"], env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_serve_and_bare_prefect_commands_use_one_server(home, tmp_path):
+    url = run_tokensweep("server", "start", env_extra=home).stdout.strip()
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/api")
+    state = Path(home["TOKENSWEEP_HOME"])
+    assert json.loads((state / "prefect-server.json").read_text())["api_url"] == url
+    assert (state / "prefect" / "prefect.db").is_file()  # its PREFECT_HOME is inside the home
+    assert f"export PREFECT_API_URL={url}" in sh("tokensweep server env", home).stdout
+
+    serve = subprocess.Popen([str(BIN / "tokensweep"), "serve", "--workers", "1"], env=home,
+                             stdout=open(tmp_path / "serve.log", "w"), stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not api(url, "/deployments/filter", {}) and time.monotonic() < deadline:
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+            time.sleep(1)
+        # as docs/cluster.md says: the bare `prefect` command, with tokensweep's server exported
+        store = tmp_path / "served.zarr"
+        params = json.dumps({"spec": TINY, "store": str(store)})
+        launched = sh(f"eval \"$(tokensweep server env)\" && prefect deployment run "
+                      f"sweep/tokensweep --params '{params}'", home)
+        assert launched.returncode == 0, launched.stdout + launched.stderr
+        for text in (launched.stdout + launched.stderr, (tmp_path / "serve.log").read_text()):
+            assert "temporary server" not in text.lower() and "database is locked" not in text
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            runs = flow_runs_of_store(url, store)
+            if runs and runs[0]["state_type"] in ("COMPLETED", "FAILED", "CRASHED"):
+                break
+            time.sleep(2)
+        assert [r["state_type"] for r in runs] == ["COMPLETED"], (tmp_path / "serve.log").read_text()
+        assert runs[0]["name"] == f"tiny @ {store}"
+    finally:
+        os.killpg(serve.pid, signal.SIGINT)
+        try:
+            serve.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(serve.pid, signal.SIGKILL)
+    assert "temporary server" not in (tmp_path / "serve.log").read_text().lower()
+    assert run_tokensweep("server", "stop", env_extra=home).stdout.strip() == "stopped"
