@@ -26,7 +26,6 @@ from typing import NamedTuple
 # (pytest imports a rootdir's __init__.py as `main`) does not register a second copy
 _import_module("tokensweep.pipeline.analysis.accessor")
 
-__version__ = "0.1.0"
 __all__ = ["open", "run", "catalog", "load_spec", "CatalogEntry", "SpecError", "StoreError",
            "SweepError", "ClusterError"]
 
@@ -35,7 +34,9 @@ _ERRORS = {"SpecError": "tokensweep.pipeline.spec", "StoreError": "tokensweep.pi
 
 
 def __getattr__(name: str):
-    """The exception classes, imported on first use (PEP 562)."""
+    """The exception classes and ``__version__`` (as built), imported on first use (PEP 562)."""
+    if name == "__version__":
+        return _import_module("tokensweep.pipeline.provenance").installed_version()
     if name in _ERRORS:
         return getattr(_import_module(_ERRORS[name]), name)
     raise AttributeError(f"module 'tokensweep' has no attribute {name!r}")

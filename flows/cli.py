@@ -68,9 +68,9 @@ def _fail(message: str, code: int = 2):
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from ..pipeline.provenance import code_version
 
-        typer.echo(f"tokensweep {version('tokensweep')}")
+        typer.echo(f"tokensweep {code_version()}")
         raise typer.Exit()
 
 
