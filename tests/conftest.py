@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-# Never reuse the user's own Prefect server (recorded under ~/.tokensweep): every server a
+# Never reuse the user's own Prefect server (recorded in TOKENSWEEP_HOME): every server a
 # test talks to is started by the test session.
 os.environ["TOKENSWEEP_HOME"] = tempfile.mkdtemp(prefix="tokensweep-home-")
 

@@ -51,7 +51,7 @@ def test_sweep_on_an_existing_cluster_via_scheduler_file(dask_cluster, prefect_s
     # the workers (started without PREFECT_API_URL) reported to the session's server
     # (this test's flow run: the only one on the session's server with this test's store)
     run = the_flow_run_of_store(prefect_server, store)
-    assert run["name"] == "tiny" and run["state_type"] == "COMPLETED", run
+    assert run["name"] == f"tiny @ {store}" and run["state_type"] == "COMPLETED", run
     partitions_completed = lambda runs: sum(  # noqa: E731
         r["name"].startswith("beta=") and r["state_type"] == "COMPLETED" for r in runs) == 12
     runs = wait_for_task_runs(prefect_server, run["id"], partitions_completed)

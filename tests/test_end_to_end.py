@@ -114,7 +114,7 @@ def test_run_resume_and_report(prefect_server, tiny_spec, write_spec, tmp_path):
     runs = flow_runs_of_store(prefect_server, store)
     assert len(runs) == 1, runs
     run = runs[0]
-    assert run["name"] == "tiny" and run["state_type"] == "COMPLETED", run
+    assert run["name"] == f"tiny @ {store}" and run["state_type"] == "COMPLETED", run
     tasks = wait_for_task_runs(prefect_server, run["id"], partitions_completed)
     partitions = [r for r in tasks if r["name"].startswith("beta=")]
     assert sorted(r["name"] for r in partitions) == sorted(PARTITION_LABELS), [r["name"] for r in tasks]
