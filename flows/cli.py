@@ -431,7 +431,7 @@ def plan(
 @app.command()
 def unlock(store: str = StoreArg):
     """Break the lock of STORE left by a sweep that died (check that none is running first)."""
-    from ..pipeline.lock import break_lock, lock_path, owner_text
+    from ..pipeline.lock import break_lock, is_running_here, lock_path, owner_text
     from .flow_lock import mark_crashed
 
     if not Path(store).exists() and not lock_path(store).exists():
@@ -439,7 +439,11 @@ def unlock(store: str = StoreArg):
     held = break_lock(store)
     typer.echo(f"broke the lock held by {owner_text(held)}" if held is not None
                else f"{store} was not locked")
-    crashed = mark_crashed(held) if held else None  # its flow run died with it (or is asked to)
+    if held and is_running_here(held):  # broken by hand: its flow run is not Crashed
+        typer.echo(f"warning: pid {held.get('pid')} is still running; stop it before another "
+                   "sweep writes this store", err=True)
+        return
+    crashed = mark_crashed(held) if held else None  # its flow run died with it
     if crashed:
         typer.echo(crashed)
 

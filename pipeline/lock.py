@@ -40,6 +40,11 @@ def is_stale(owner: dict) -> bool:
     return _alive(owner) is False
 
 
+def is_running_here(owner: dict) -> bool:
+    """The lock's owner is known alive: its process runs on this host."""
+    return _alive(owner) is True
+
+
 def _alive(owner: dict) -> bool | None:
     """True/False for a process on this host, None when it runs elsewhere (unknown)."""
     if owner.get("host") != socket.gethostname():

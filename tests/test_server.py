@@ -97,3 +97,31 @@ def test_serve_and_bare_prefect_commands_use_one_server(home, tmp_path):
             os.killpg(serve.pid, signal.SIGKILL)
     assert "temporary server" not in (tmp_path / "serve.log").read_text().lower()
     assert run_tokensweep("server", "stop", env_extra=home).stdout.strip() == "stopped"
+
+
+def _lock(tmp_path, pid: int) -> Path:
+    import socket
+
+    from tokensweep.pipeline.lock import lock_path
+
+    store = tmp_path / "s.zarr"
+    store.mkdir()
+    lock_path(store).write_text(json.dumps({
+        "host": socket.gethostname(), "pid": pid, "since": "2026-01-01T00:00:00Z",
+        "flow_run_id": "0b6c4bb4-0000-4000-8000-000000000000", "prefect_api": "http://127.0.0.1:9/api"}))
+    return store
+
+
+def test_unlock_of_a_live_owner_leaves_its_flow_run_alone(tmp_path):
+    result = runner.invoke(app, ["unlock", str(_lock(tmp_path, os.getpid()))])
+    assert result.exit_code == 0 and f"pid {os.getpid()} is still running" in result.output
+    assert "Crashed" not in result.output
+
+
+def test_unlock_says_when_the_dead_flows_server_is_gone(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    result = runner.invoke(app, ["unlock", str(_lock(tmp_path, dead.pid))])
+    assert result.exit_code == 0, result.output
+    assert ("not marked Crashed: no Prefect server answers at http://127.0.0.1:9/api"
+            in result.output)
