@@ -62,6 +62,8 @@ from . import vocabulary
 from .attention import (
     ATTENTION_CODES,
     CAUSAL_SA,
+    GAUSSIAN_LAW,
+    VALUE_LAW_CODES,
     USA,
     attention,
     gaussian_values,
@@ -72,6 +74,7 @@ from .attention import (
     normalize_rows,
     scaled_step,
     uniform_start,
+    value_draws,
 )
 from .outcomes import (
     OUTPUTS,
@@ -88,6 +91,8 @@ from .outcomes import (
 
 ATTENTIONS = vocabulary.STOCHASTIC_ATTENTIONS
 NOISES = vocabulary.NOISES
+VALUE_LAWS = tuple(VALUE_LAW_CODES)  # the value entries' laws (docs/models.md 4.5)
+SCHEMES = ("discrete", "sde")  # the transformer itself, or the reference integrator of its SDE
 GAUSSIAN = 0
 LITERAL = 1
 NORMALS_PER_DRAW = 4096  # default buffer size (normals), when draw_batch is not given
@@ -100,7 +105,7 @@ __all__ = [
 
 @njit(nogil=True, cache=True)
 def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times, eps, batch,
-                window, out, r, states):
+                window, out, r, states, law, m):
     """Integrate trajectory r and fill its entries of the outputs record out.
 
     x: (n, d) state; drawn from rng when draw_start, else the given start (normalised here).
@@ -109,8 +114,11 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times,
     states: (ntraj, nt, n, d) NaN-filled, row r gets the checkpoint states; or (ntraj, 0, n, d).
     batch: layers per buffered draw. window: early stopping's window (0: off; module docstring).
     The overlaps of a checkpoint's state are also the next layer's logits: computed once.
+    law: the value entries' law (attention.VALUE_LAW_CODES; literal noise unless gaussian).
+    m: (d, d) M = Q^T K, logits beta <x_i, M x_j>; (0, 0) for Q = K = I.
     """
     n, d = x.shape
+    qk = m.shape[0] > 0
     keep = states.shape[1] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
     rank = min(n, d)  # rows of R
@@ -131,9 +139,11 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times,
         if not ok:
             break
         if pos == buf.shape[0]:
-            buf = rng.standard_normal(min(batch, layers - layer) * per_layer)
+            buf = value_draws(rng, law, min(batch, layers - layer) * per_layer)
             pos = 0
-        if not fresh:
+        if qk:
+            bilinear_logits(x, m, direction, g)
+        elif not fresh:
             gram(x, g)
         attention(x, g, beta, att, ahat, logscale, w)
         if noise == GAUSSIAN:
@@ -155,6 +165,24 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times,
                 break
             c += 1
     finish_trajectory(out, r, ok, times)
+
+
+@njit(nogil=True, cache=True)
+def bilinear_logits(x, m, y, g):
+    """g[i, j] = <x_i, M x_j> = <Q x_i, K x_j> for M = Q^T K; y: (n, d) scratch, y_j = M x_j."""
+    n, d = x.shape
+    for j in range(n):
+        for a in range(d):
+            acc = 0.0
+            for b in range(d):
+                acc += m[a, b] * x[j, b]
+            y[j, a] = acc
+    for i in range(n):
+        for j in range(n):
+            acc = 0.0
+            for a in range(d):
+                acc += x[i, a] * y[j, a]
+            g[i, j] = acc
 
 
 @njit(nogil=True, cache=True)
@@ -312,7 +340,8 @@ def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, t
 
 
 def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
-         draw_batch, x0, keep_states, stop_when_resolved, resolved_window, threads):
+         draw_batch, x0, keep_states, stop_when_resolved, resolved_window, threads,
+         value_law="gaussian", qk="identity", matrices=None, scheme="discrete"):
     ckpt = check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, attention,
                                   ATTENTIONS, eps)
     window, threads = check_run_options(stop_when_resolved, resolved_window, threads)
@@ -320,6 +349,7 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
         raise ValueError(f"noise = {noise!r} is unknown: use one of {NOISES}")
     if not (np.isfinite(value_std) and value_std >= 0):
         raise ValueError(f"value_std = {value_std!r}, but the value entries' std must be finite, >= 0")
+    law = _check_options(noise, value_law, scheme)
     n, d, layers = int(n), int(d), int(layers)
     per_layer = min(n, d) * d if noise == "gaussian" else d * d
     batch = max(1, NORMALS_PER_DRAW // per_layer) if draw_batch is None else int(draw_batch)
@@ -335,35 +365,101 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
     h = float(T) / layers
     times = h * ckpt.astype(np.float64)
     att, code = ATTENTION_CODES[attention], GAUSSIAN if noise == "gaussian" else LITERAL
-    trajectory = _trajectory_pair if (n == 2 and code == GAUSSIAN and _SPECIALISE) else _trajectory
+    query_key = _query_key(d, qk, matrices)
+    default = law == GAUSSIAN_LAW and query_key is None and scheme == "discrete"
+    trajectory = _trajectory_pair if (n == 2 and code == GAUSSIAN and _SPECIALISE and default) \
+        else _trajectory
 
     def run_one(r):
         x = np.empty((n, d)) if x0 is None else x0[r].copy()
-        trajectory(rngs[r], x, x0 is None, float(beta), att, code, float(value_std), h, layers,
-                   ckpt, times, float(eps), batch, window, out, r, states)
+        rng, draw_start = rngs[r], x0 is None
+        m = _NO_QK
+        if query_key is not None:  # start, then Q, K, from the trajectory's stream (docstring)
+            if draw_start:
+                x[:] = rng.standard_normal((n, d))  # = uniform_start's normals; normalised there
+                draw_start = False
+            m = query_key(rng)
+        args = (rng, x, draw_start, float(beta), att, code, float(value_std), h, layers, ckpt,
+                times, float(eps), batch, window, out, r, states)
+        if scheme == "sde":
+            from .stochastic_sde import trajectory_sde
+
+            trajectory_sde(*args[:5], *args[6:], m)
+        elif trajectory is _trajectory:
+            _trajectory(*args, law, m)
+        else:
+            trajectory(*args)
 
     for_each_trajectory(run_one, ntraj, threads)
     return out._asdict(), states
 
 
+_NO_QK = np.empty((0, 0))
+
+
+def _check_options(noise, value_law, scheme):
+    """The value law's code; refuses a law, a noise path and a scheme that do not fit together."""
+    if value_law not in VALUE_LAWS:
+        raise ValueError(f"value_law = {value_law!r} is unknown: use one of {VALUE_LAWS}")
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme = {scheme!r} is unknown: use one of {SCHEMES}")
+    if value_law != "gaussian" and noise == "gaussian":
+        raise ValueError(f"value_law = {value_law!r} needs noise = 'literal': the gaussian noise "
+                         "path is exact for Gaussian entries only")
+    if scheme == "sde" and (value_law != "gaussian" or noise != "gaussian"):
+        raise ValueError("scheme = 'sde' integrates the limit SDE with Brownian increments: leave "
+                         "value_law = 'gaussian' and noise = 'gaussian'")
+    return VALUE_LAW_CODES[value_law]
+
+
+def _query_key(d, qk, matrices):
+    """None for Q = K = I, else rng -> M = Q^T K (d, d): fixed, or drawn per trajectory after the
+    start as the sphere flow draws one head's Q, K (kernels/ensembles.py)."""
+    from . import ensembles as ens
+    from .sphere_flow import _resolve_weights
+
+    matrices = {k: v for k, v in (matrices or {}).items() if k in ("Q", "K")}
+    q, k, v, (q_kind, k_kind, _), identity, _ = _resolve_weights(1, d, qk, "identity", matrices, None)
+    if identity:
+        return None
+    m = np.empty((1, d, d))
+    if q_kind == ens.FIXED and k_kind == ens.FIXED:
+        ens.qk_products(q, k, v, ens.FIXED, m)
+        return lambda rng: m[0]
+
+    def draw(rng):
+        qr, kr, mr = q.copy(), k.copy(), np.empty((1, d, d))
+        ens.draw_weights(rng, q_kind, k_kind, ens.FIXED, qr, kr, v.copy(), mr)
+        return mr[0]
+
+    return draw
+
+
 def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,
                                     attention="sa", noise="gaussian", eps=1e-3, draw_batch=None,
-                                    stop_when_resolved=False, resolved_window=2, threads=1):
+                                    stop_when_resolved=False, resolved_window=2, threads=1,
+                                    value_law="gaussian", qk="identity", matrices=None,
+                                    scheme="discrete"):
     """Simulate len(rngs) trajectories of the deep stochastic transformer; one Generator each.
 
     Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise,
     nt = len(checkpoint_layers). draw_batch: layers per buffered draw (results do not depend on it).
     stop_when_resolved, resolved_window: early stopping (module docstring). threads: trajectories
-    run on this many threads (results do not depend on it).
+    run on this many threads (results do not depend on it). value_law: "gaussian", "rademacher" or
+    "uniform" entries of V_k (the last two need noise="literal"). qk: Q, K ensemble as the sphere
+    flow's ("identity", "ginibre", "goe", "wigner", "wishart"); matrices: explicit {"Q", "K"} (d, d).
+    scheme: "discrete" (the transformer) or "sde" (`stochastic_sde`, its limit SDE).
     """
     out, _ = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
-                  draw_batch, None, False, stop_when_resolved, resolved_window, threads)
+                  draw_batch, None, False, stop_when_resolved, resolved_window, threads,
+                  value_law, qk, matrices, scheme)
     return out
 
 
 def simulate_stochastic_states(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,
                                attention="sa", noise="gaussian", eps=1e-3, draw_batch=None, x0=None,
-                               stop_when_resolved=False, resolved_window=2, threads=1):
+                               stop_when_resolved=False, resolved_window=2, threads=1,
+                               value_law="gaussian", qk="identity", matrices=None, scheme="discrete"):
     """As simulate_stochastic_transformer, also returning the states: (states, outputs).
 
     states: (ntraj, nt, n, d) tokens at each checkpoint (NaN after a non-finite step; an
@@ -371,5 +467,6 @@ def simulate_stochastic_states(rngs, *, n, d, beta, value_std=1.0, T, layers, ch
     normalised); then the stream starts with layer 0's noise, no start normals are drawn.
     """
     out, states = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise,
-                       eps, draw_batch, x0, True, stop_when_resolved, resolved_window, threads)
+                       eps, draw_batch, x0, True, stop_when_resolved, resolved_window, threads,
+                       value_law, qk, matrices, scheme)
     return states, out
