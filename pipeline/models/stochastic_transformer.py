@@ -177,7 +177,8 @@ class StochasticTransformer(Model):
         return float(theory.beta_c(d)) if applies else np.nan
 
     def sections(self, sweep):
-        return [antipodal.probability_section, antipodal.any_pair_section]
+        return [antipodal.probability_section, antipodal.step_bias_section,
+                antipodal.any_pair_section]
 
 
 def generalised_arguments(sweep, coords: dict) -> dict:
