@@ -413,7 +413,7 @@ def scaled_step(x, coef, logscale, direction, norm2):
     return True
 
 
-# value laws of the stochastic transformer's entries: centred, unit variance (docs/models.md 4.5)
+# value laws of the stochastic transformer's entries: centred, unit variance (docs/models.md 4.4)
 GAUSSIAN_LAW = 0
 RADEMACHER_LAW = 1
 UNIFORM_LAW = 2

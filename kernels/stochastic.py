@@ -4,9 +4,10 @@ Discrete model, L = layers, h = T / L, k = 0..L-1:
 
     x_i <- N( x_i + sqrt(h) V_k A_i(X) ),   N(y) = y / |y|,
 
-V_k a fresh d x d matrix each layer, shared by all tokens, i.i.d. N(0, s^2) entries (s = value_std),
-A_i the attention of `tokensweep.kernels.attention` (sa, usa, causal_sa; Q = K = I, beta). Tokens
-start i.i.d. uniform on S^{d-1}. As L -> infinity this is the SDE
+V_k a fresh d x d matrix each layer, shared by all tokens, i.i.d. N(0, s^2) entries (s = value_std;
+other laws below), A_i the attention of `tokensweep.kernels.attention` (sa, usa, causal_sa;
+Q = K = I unless given, beta). Tokens start i.i.d. uniform on S^{d-1}. As L -> infinity this is
+the SDE
 dx_i = P_{x_i} dW A_i - ((d-1)/2) s^2 |A_i|^2 x_i dt.
 
 Noise paths (same law, different random numbers):
@@ -48,6 +49,16 @@ It is safe where the resolved classes attract (two tokens; beta above beta_c for
 pairs); for n > 2 a split into two opposite clusters need not be absorbing (n = 3, d = 4,
 beta = 2, window 2: 21 % of the final classes differ from the full run's).
 The stream stays a function of (seed, cell, trajectory): a stopped trajectory draws nothing more.
+
+Generalisations (docs/models.md 4.4; the defaults below run the code paths above unchanged):
+- value_law "rademacher" / "uniform": entries +-1 / sqrt(3)(2u - 1) from rng.random (numpy's
+  stream, `attention.value_draws`), in place of the normals of V_k; literal noise only.
+- qk / matrices (Q, K): logits beta <x_i, M x_j>, M = Q^T K (`bilinear_logits`), M fixed or drawn
+  per trajectory right after the start (as `ensembles.draw_weights` for one head, value fixed), so
+  the stream is: start normals, then Q, K's normals, then the layers'. With x0 given, Q, K first.
+- scheme "sde": `stochastic_sde.trajectory_sde`, the limit SDE by geodesic Euler-Maruyama, on the
+  stream of the gaussian noise path.
+The n = 2 fused path runs only for the defaults (gaussian law and noise, Q = K = I, discrete).
 
 Threads (threads > 1): trajectories are handed out one at a time to a pool of threads; each has
 its own Generator and writes its own rows, and the kernels release the GIL, so the outputs do not
@@ -91,7 +102,7 @@ from .outcomes import (
 
 ATTENTIONS = vocabulary.STOCHASTIC_ATTENTIONS
 NOISES = vocabulary.NOISES
-VALUE_LAWS = tuple(VALUE_LAW_CODES)  # the value entries' laws (docs/models.md 4.5)
+VALUE_LAWS = tuple(VALUE_LAW_CODES)  # the value entries' laws (docs/models.md 4.4)
 SCHEMES = ("discrete", "sde")  # the transformer itself, or the reference integrator of its SDE
 GAUSSIAN = 0
 LITERAL = 1

@@ -1,4 +1,4 @@
-"""Reference integrator of the stochastic transformer's limit SDE ([F26] Thm 1; docs/models.md 4.5).
+"""Reference integrator of the stochastic transformer's limit SDE ([F26] Thm 1; docs/models.md 4.4).
 
 The limit of the discrete model (kernels/stochastic.py) as h -> 0 is the Ito SDE on the sphere
 
