@@ -74,7 +74,6 @@ from .attention import (
     ATTENTION_CODES,
     CAUSAL_SA,
     GAUSSIAN_LAW,
-    VALUE_LAW_CODES,
     USA,
     attention,
     gaussian_values,
@@ -99,18 +98,18 @@ from .outcomes import (
     record_overlaps,
     resolved_for,
 )
+from .stochastic_options import NO_QK, SCHEMES, VALUE_LAWS, bilinear_logits, check_options, query_key
 
 ATTENTIONS = vocabulary.STOCHASTIC_ATTENTIONS
 NOISES = vocabulary.NOISES
-VALUE_LAWS = tuple(VALUE_LAW_CODES)  # the value entries' laws (docs/models.md 4.4)
-SCHEMES = ("discrete", "sde")  # the transformer itself, or the reference integrator of its SDE
 GAUSSIAN = 0
 LITERAL = 1
 NORMALS_PER_DRAW = 4096  # default buffer size (normals), when draw_batch is not given
 _SPECIALISE = True  # n = 2 gaussian runs use _trajectory_pair (bit-identical); tests switch it off
 
 __all__ = [
-    "ATTENTIONS", "NOISES", "OUTPUTS", "simulate_stochastic_transformer", "simulate_stochastic_states",
+    "ATTENTIONS", "NOISES", "OUTPUTS", "SCHEMES", "VALUE_LAWS", "simulate_stochastic_transformer",
+    "simulate_stochastic_states",
 ]
 
 
@@ -176,24 +175,6 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times,
                 break
             c += 1
     finish_trajectory(out, r, ok, times)
-
-
-@njit(nogil=True, cache=True)
-def bilinear_logits(x, m, y, g):
-    """g[i, j] = <x_i, M x_j> = <Q x_i, K x_j> for M = Q^T K; y: (n, d) scratch, y_j = M x_j."""
-    n, d = x.shape
-    for j in range(n):
-        for a in range(d):
-            acc = 0.0
-            for b in range(d):
-                acc += m[a, b] * x[j, b]
-            y[j, a] = acc
-    for i in range(n):
-        for j in range(n):
-            acc = 0.0
-            for a in range(d):
-                acc += x[i, a] * y[j, a]
-            g[i, j] = acc
 
 
 @njit(nogil=True, cache=True)
@@ -360,7 +341,7 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
         raise ValueError(f"noise = {noise!r} is unknown: use one of {NOISES}")
     if not (np.isfinite(value_std) and value_std >= 0):
         raise ValueError(f"value_std = {value_std!r}, but the value entries' std must be finite, >= 0")
-    law = _check_options(noise, value_law, scheme)
+    law = check_options(noise, value_law, scheme)
     n, d, layers = int(n), int(d), int(layers)
     per_layer = min(n, d) * d if noise == "gaussian" else d * d
     batch = max(1, NORMALS_PER_DRAW // per_layer) if draw_batch is None else int(draw_batch)
@@ -376,20 +357,20 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
     h = float(T) / layers
     times = h * ckpt.astype(np.float64)
     att, code = ATTENTION_CODES[attention], GAUSSIAN if noise == "gaussian" else LITERAL
-    query_key = _query_key(d, qk, matrices)
-    default = law == GAUSSIAN_LAW and query_key is None and scheme == "discrete"
+    draw_qk = query_key(d, qk, matrices)
+    default = law == GAUSSIAN_LAW and draw_qk is None and scheme == "discrete"
     trajectory = _trajectory_pair if (n == 2 and code == GAUSSIAN and _SPECIALISE and default) \
         else _trajectory
 
     def run_one(r):
         x = np.empty((n, d)) if x0 is None else x0[r].copy()
         rng, draw_start = rngs[r], x0 is None
-        m = _NO_QK
-        if query_key is not None:  # start, then Q, K, from the trajectory's stream (docstring)
+        m = NO_QK
+        if draw_qk is not None:  # start, then Q, K, from the trajectory's stream (docstring)
             if draw_start:
                 x[:] = rng.standard_normal((n, d))  # = uniform_start's normals; normalised there
                 draw_start = False
-            m = query_key(rng)
+            m = draw_qk(rng)
         args = (rng, x, draw_start, float(beta), att, code, float(value_std), h, layers, ckpt,
                 times, float(eps), batch, window, out, r, states)
         if scheme == "sde":
@@ -403,47 +384,6 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
 
     for_each_trajectory(run_one, ntraj, threads)
     return out._asdict(), states
-
-
-_NO_QK = np.empty((0, 0))
-
-
-def _check_options(noise, value_law, scheme):
-    """The value law's code; refuses a law, a noise path and a scheme that do not fit together."""
-    if value_law not in VALUE_LAWS:
-        raise ValueError(f"value_law = {value_law!r} is unknown: use one of {VALUE_LAWS}")
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme = {scheme!r} is unknown: use one of {SCHEMES}")
-    if value_law != "gaussian" and noise == "gaussian":
-        raise ValueError(f"value_law = {value_law!r} needs noise = 'literal': the gaussian noise "
-                         "path is exact for Gaussian entries only")
-    if scheme == "sde" and (value_law != "gaussian" or noise != "gaussian"):
-        raise ValueError("scheme = 'sde' integrates the limit SDE with Brownian increments: leave "
-                         "value_law = 'gaussian' and noise = 'gaussian'")
-    return VALUE_LAW_CODES[value_law]
-
-
-def _query_key(d, qk, matrices):
-    """None for Q = K = I, else rng -> M = Q^T K (d, d): fixed, or drawn per trajectory after the
-    start as the sphere flow draws one head's Q, K (kernels/ensembles.py)."""
-    from . import ensembles as ens
-    from .sphere_flow import _resolve_weights
-
-    matrices = {k: v for k, v in (matrices or {}).items() if k in ("Q", "K")}
-    q, k, v, (q_kind, k_kind, _), identity, _ = _resolve_weights(1, d, qk, "identity", matrices, None)
-    if identity:
-        return None
-    m = np.empty((1, d, d))
-    if q_kind == ens.FIXED and k_kind == ens.FIXED:
-        ens.qk_products(q, k, v, ens.FIXED, m)
-        return lambda rng: m[0]
-
-    def draw(rng):
-        qr, kr, mr = q.copy(), k.copy(), np.empty((1, d, d))
-        ens.draw_weights(rng, q_kind, k_kind, ens.FIXED, qr, kr, v.copy(), mr)
-        return mr[0]
-
-    return draw
 
 
 def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,

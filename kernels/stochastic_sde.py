@@ -31,7 +31,8 @@ from numba import njit
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 from .attention import attention, gaussian_values, gram, householder_r, normalize_row, normalize_rows, uniform_start
 from .outcomes import finish_trajectory, record_overlaps, resolved_for
-from .stochastic import _stop, bilinear_logits
+from .stochastic import _stop
+from .stochastic_options import bilinear_logits
 
 __all__ = ["geodesic_step"]
 
