@@ -119,6 +119,7 @@ def test_table_and_report_have_a_layers_column(layered_cube, tmp_path):
         write_report(ds, tmp_path / "report")
     page = (tmp_path / "report" / "report.md").read_text()
     assert "| d | n | layers | beta | N |" in page
+    assert "- **scheme**: discrete" in page and "- **value_law**: gaussian" in page
     bias = page.split("## P(antipodal) against the step")[1]
     assert "| d | n | beta | h = 0.05 | h = 0.025 | h = 0.0125 | theory (h → 0) |" in bias
     for beta in (0.5, 2.0):  # one row per cell, its closed form last

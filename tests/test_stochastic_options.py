@@ -1,4 +1,4 @@
-"""The generalised stochastic transformer (docs/models.md 4.5): value laws, Q and K, the SDE scheme.
+"""The generalised stochastic transformer (docs/models.md 4.4): value laws, Q and K, the SDE scheme.
 
 Kernels against plain-numpy references on the same random numbers (the stream of the kernel's
 docstring), the draws' moments against the laws', and the statistical claims with honest
@@ -198,7 +198,7 @@ def two_sample_z(k1, k2, n):
 def test_value_laws_give_the_same_antipodal_probability(d, beta):
     """Cells away from beta_c (4: 0.66, 3: 0): each pair of laws within a 99.9 % two-sample
     interval, and each law within the 99.9 % Wilson interval of the closed form widened by 0.02
-    (the O(h) bias at h = 0.02 and the unresolved trajectories at T = 10: docs/models.md 4.5)."""
+    (the O(h) bias at h = 0.02 and the unresolved trajectories at T = 10: docs/models.md 4.4)."""
     n, layers = 2000, 500
     counts = {law: antipodal_count(n, 17, d=d, beta=beta, T=10.0, layers=layers, noise="literal",
                                    value_law=law) for law in VALUE_LAW_CODES}

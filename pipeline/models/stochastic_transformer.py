@@ -56,7 +56,7 @@ class StochasticGrid(Grid):
 class StochasticTransformerSweep(SweepBase):
     """Deep stochastic transformer [F26]: x_i <- N(x_i + sqrt(h) V_k A_i(X)).
 
-    Generalised ([F26] Thm 1's assumptions; docs/models.md 4.5): `value_law` (entries' law; a
+    Generalised ([F26] Thm 1's assumptions; docs/models.md 4.4): `value_law` (entries' law; a
     non-Gaussian law needs `noise: literal`, chosen for it when noise is not given), `qk` /
     `matrices` (Q, K: random ensembles or explicit; no closed form then), `grid.layers` (h as an
     axis; time.layers may then be left out: it becomes the largest value) and `scheme` (the
@@ -152,6 +152,7 @@ class StochasticTransformer(Model):
                "fresh each layer, shared by all tokens")
     spec = StochasticTransformerSweep
     outputs = vocabulary.STOCHASTIC_OUTPUTS
+    report_facts = ("scheme", "noise", "value_law", "qk")  # which variant ran (docs/models.md 4.4)
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.stochastic import simulate_stochastic_transformer
@@ -183,7 +184,7 @@ class StochasticTransformer(Model):
 
 def generalised_arguments(sweep, coords: dict) -> dict:
     """Time arguments (at the cell's layer count when layers is an axis) and the options of
-    docs/models.md 4.5, as `simulate_stochastic_transformer` takes them."""
+    docs/models.md 4.4, as `simulate_stochastic_transformer` takes them."""
     args = time_arguments(sweep)
     if "layers" in coords:
         layers = int(coords["layers"])
