@@ -23,12 +23,12 @@ from ...kernels import vocabulary
 from .. import theory
 from ..plugin import Model
 from ..report import antipodal
-
-VALUE_LAWS = ("gaussian", "rademacher", "uniform")  # = kernels.stochastic.VALUE_LAWS (no numba here)
-SCHEMES = ("discrete", "sde")  # = kernels.stochastic.SCHEMES
 from ..matrix_fields import Matrix, check_fixes_d, square_matrix
 from ..spec import MAX_LAYERS, Grid, SweepBase, _axis_values, refuse
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments, two_token_cells
+
+VALUE_LAWS = ("gaussian", "rademacher", "uniform")  # = kernels.stochastic.VALUE_LAWS (no numba here)
+SCHEMES = ("discrete", "sde")  # = kernels.stochastic.SCHEMES
 
 
 class StochasticGrid(Grid):
@@ -133,8 +133,14 @@ class StochasticTransformerSweep(SweepBase):
 
     @property
     def closed_form_applies(self) -> bool:
-        """Q = K = I (the two-token closed form's assumption); value_law and scheme keep the limit."""
-        return self.qk == "identity" and not self.matrices
+        """Q^T K = I (the two-token closed form's assumption); value_law and scheme keep the limit."""
+        if self.qk != "identity":
+            return False
+        if not self.matrices:
+            return True
+        d = self.grid.d[0]  # explicit matrices fix d
+        q, k = (np.asarray(self.matrices.get(key, np.eye(d))) for key in ("Q", "K"))
+        return bool(np.array_equal(q.T @ k, np.eye(d)))
 
     def canonical(self) -> dict:
         """As SweepBase's, without `threads` (it changes how a partition runs, not its numbers)

@@ -275,8 +275,10 @@ def plot_step_bias(table: xr.Dataset, hs, path) -> str:
         ax.errorbar(hs, p, yerr=np.maximum([p - lo, hi - p], 0), fmt="o-", ms=4, capsize=2,
                     color=colour, label=label or None)
         ax.plot([0.0], [float(cell.theory.isel(layers=0))], "*", ms=10, color=colour)
-    ax.set(xlabel="step h = T / layers (time units)", ylabel="P(antipodal) (probability)", xlim=(0, None))
+    ax.set(xlabel="step h = T / layers (time units)", ylabel="P(antipodal) (probability)",
+           xlim=(-0.03 * max(hs), 1.03 * max(hs)))
     ax.grid(alpha=0.3)
     if len(ax.get_legend_handles_labels()[0]):
         ax.legend(fontsize=7, ncol=2)
-    return save(fig, path, figure_title(table.attrs, "P(antipodal) vs h; stars: closed form (h → 0)"))
+    attrs = {k: v for k, v in table.attrs.items() if k != "layers"}  # h varies: not one h
+    return save(fig, path, figure_title(attrs, "P(antipodal) vs h; stars: closed form (h → 0)"))
