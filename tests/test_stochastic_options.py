@@ -233,3 +233,60 @@ def test_discrete_and_sde_schemes_converge_to_the_closed_form():
     worst = max(("discrete", "sde"), key=lambda s: abs(counts[s, 200] / n - p_th))
     coarse, fine = (abs(counts[worst, layers] / n - p_th) for layers in (200, 800))
     assert coarse - fine > -Z999 * np.sqrt(2 * p_th * (1 - p_th) / n), (worst, counts)
+
+
+# -- the spec and the report -----------------------------------------------------------------
+
+SPEC = {"name": "opts", "model": "stochastic_transformer", "grid": {"beta": [0.5, 2.0], "d": 3, "n": 2},
+        "time": {"T": 1.0, "layers": 50, "checkpoints": 2}, "trajectories": 6, "seed": 3}
+
+
+@pytest.mark.parametrize("changes, field, text", [
+    ({"value_law": "uniform", "noise": "gaussian"}, "noise", "set noise: literal"),
+    ({"scheme": "sde", "value_law": "rademacher"}, "scheme", "leave value_law and noise"),
+    ({"scheme": "sde", "noise": "literal"}, "scheme", "leave value_law and noise"),
+    ({"value_law": "cauchy"}, "value_law", "'gaussian', 'rademacher' or 'uniform'"),
+    ({"matrices": {"Q": [[1, 0], [0, 1]]}}, "matrices.Q", "set grid.d: 2"),
+    ({"qk": "goe", "matrices": {"K": np.eye(3).tolist()}}, "matrices.K", "set qk: identity"),
+    ({"matrices": {"V": np.eye(3).tolist()}}, "matrices", "keys Q and/or K"),
+])
+def test_spec_refuses_options_that_do_not_fit_in_one_line(changes, field, text):
+    from tokensweep.pipeline.spec import SpecError, parse_sweep
+
+    with pytest.raises(SpecError) as err:
+        parse_sweep({**SPEC, **changes})
+    message = str(err.value)
+    assert message.startswith(f"{field}: ") and text in message and "\n" not in message
+
+
+def test_non_gaussian_law_picks_the_literal_path_and_theory_applies_only_for_identity_qk():
+    from tokensweep.pipeline.spec import parse_sweep
+
+    assert parse_sweep({**SPEC, "value_law": "rademacher"}).noise == "literal"
+    assert parse_sweep(SPEC).noise == "gaussian"
+    cells = {"beta": np.array([2.0]), "d": np.array([3]), "n": np.array([2])}
+    p_th = theory.antipodal_probability(2.0, 3)
+    swap = [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]  # Q = K = P: Q^T K = I
+    for changes, applies in [({"value_law": "uniform"}, True), ({"scheme": "sde"}, True),
+                             ({"matrices": {"Q": swap, "K": swap}}, True), ({"qk": "wigner"}, False),
+                             ({"matrices": {"K": np.diag([1.0, 1.0, 0.0]).tolist()}}, False)]:
+        sweep = parse_sweep({**SPEC, **changes})
+        got = plugin.model.antipodal_probability(sweep, cells)[0]
+        assert (got == p_th) if applies else np.isnan(got), changes
+        assert np.isnan(plugin.model.critical_beta(sweep, 3)) != applies
+
+
+def test_random_query_key_report_draws_no_theory(tmp_path):
+    import xarray as xr
+    from conftest import reference_cube
+
+    from tokensweep.pipeline.report import write_report
+
+    store = tmp_path / "qk.zarr"
+    reference_cube({**SPEC, "qk": "ginibre"}, store)
+    with xr.open_zarr(store) as ds:
+        write_report(ds, tmp_path / "report")
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert "- **qk**: ginibre" in page
+    rows = [line for line in page.splitlines() if line.startswith("| 3 | 2 | ")]
+    assert len(rows) == 2 and all(row.split(" | ")[6] == "—" and row.endswith("| n/a |") for row in rows)
