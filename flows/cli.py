@@ -359,9 +359,10 @@ def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
         short_time = sweep.time.model_copy(
             update={"T": sweep.time.h * layers, "layers": layers, "checkpoints": 1})
         short = sweep.model_copy(update={"time": short_time})
-        rngs = trajectory_rngs(sweep.seed, coords, range(ntraj))
+        cell = {**coords, "layers": layers} if "layers" in coords else coords  # a layers axis
+        rngs = trajectory_rngs(sweep.seed, cell, range(ntraj))
         start = time.perf_counter()
-        model.simulate(short, coords, rngs)
+        model.simulate(short, cell, rngs)
         return time.perf_counter() - start
 
     seconds(1, 1)
@@ -418,8 +419,9 @@ def plan(
         _fail(f"the calibration run failed ({type(err).__name__}: {_first_line(err)}): "
               "`tokensweep plan --no-calibrate` plans without timing", code=1)
     n_workers = workers or os.cpu_count() or 1
-    per_partition = per_layer * sweep.time.layers * sweep.partition_traj
-    core = per_layer * sweep.time.layers * sweep.trajectories * sweep.n_cells * todo / partitions
+    layers = float(np.mean(sweep.axes.get("layers", sweep.time.layers)))  # a layers axis: its mean
+    per_partition = per_layer * layers * sweep.partition_traj
+    core = per_layer * layers * sweep.trajectories * sweep.n_cells * todo / partitions
     wall = math.ceil(todo / n_workers) * per_partition
     typer.echo(f"core time: ~{_duration(core)} ({per_layer * 1e6:.3g} us per trajectory and layer "
                f"at {label}); wall time: ~{_duration(wall)} on {n_workers} local workers, plus the "

@@ -411,3 +411,31 @@ def scaled_step(x, coef, logscale, direction, norm2):
         elif not normalize_row(x, i):  # recomputes the same sum, then rescales or fails
             return False
     return True
+
+
+# value laws of the stochastic transformer's entries: centred, unit variance (docs/models.md 4.4)
+GAUSSIAN_LAW = 0
+RADEMACHER_LAW = 1
+UNIFORM_LAW = 2
+VALUE_LAW_CODES = {"gaussian": GAUSSIAN_LAW, "rademacher": RADEMACHER_LAW, "uniform": UNIFORM_LAW}
+
+
+@njit(nogil=True, cache=True)
+def value_draws(rng, law, size):
+    """size i.i.d. centred unit-variance entries of the given law, from the trajectory's Generator.
+
+    gaussian: rng.standard_normal(size); rademacher: u = rng.random(size), +1 where u < 1/2 else -1;
+    uniform: sqrt(3) (2u - 1), uniform on [-sqrt 3, sqrt 3). The Generator inside njit draws the
+    same numbers as numpy's, so a numpy reference calling these methods in order reproduces them.
+    """
+    if law == GAUSSIAN_LAW:
+        return rng.standard_normal(size)
+    u = rng.random(size)
+    if law == RADEMACHER_LAW:
+        for i in range(size):
+            u[i] = 1.0 if u[i] < 0.5 else -1.0
+    else:
+        root3 = np.sqrt(3.0)
+        for i in range(size):
+            u[i] = root3 * (2.0 * u[i] - 1.0)
+    return u

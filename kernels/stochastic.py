@@ -4,9 +4,10 @@ Discrete model, L = layers, h = T / L, k = 0..L-1:
 
     x_i <- N( x_i + sqrt(h) V_k A_i(X) ),   N(y) = y / |y|,
 
-V_k a fresh d x d matrix each layer, shared by all tokens, i.i.d. N(0, s^2) entries (s = value_std),
-A_i the attention of `tokensweep.kernels.attention` (sa, usa, causal_sa; Q = K = I, beta). Tokens
-start i.i.d. uniform on S^{d-1}. As L -> infinity this is the SDE
+V_k a fresh d x d matrix each layer, shared by all tokens, i.i.d. N(0, s^2) entries (s = value_std;
+other laws below), A_i the attention of `tokensweep.kernels.attention` (sa, usa, causal_sa;
+Q = K = I unless given, beta). Tokens start i.i.d. uniform on S^{d-1}. As L -> infinity this is
+the SDE
 dx_i = P_{x_i} dW A_i - ((d-1)/2) s^2 |A_i|^2 x_i dt.
 
 Noise paths (same law, different random numbers):
@@ -49,6 +50,16 @@ pairs); for n > 2 a split into two opposite clusters need not be absorbing (n = 
 beta = 2, window 2: 21 % of the final classes differ from the full run's).
 The stream stays a function of (seed, cell, trajectory): a stopped trajectory draws nothing more.
 
+Generalisations (docs/models.md 4.4; the defaults below run the code paths above unchanged):
+- value_law "rademacher" / "uniform": entries +-1 / sqrt(3)(2u - 1) from rng.random (numpy's
+  stream, `attention.value_draws`), in place of the normals of V_k; literal noise only.
+- qk / matrices (Q, K): logits beta <x_i, M x_j>, M = Q^T K (`bilinear_logits`), M fixed or drawn
+  per trajectory right after the start (as `ensembles.draw_weights` for one head, value fixed), so
+  the stream is: start normals, then Q, K's normals, then the layers'. With x0 given, Q, K first.
+- scheme "sde": `stochastic_sde.trajectory_sde`, the limit SDE by geodesic Euler-Maruyama, on the
+  stream of the gaussian noise path.
+The n = 2 fused path runs only for the defaults (gaussian law and noise, Q = K = I, discrete).
+
 Threads (threads > 1): trajectories are handed out one at a time to a pool of threads; each has
 its own Generator and writes its own rows, and the kernels release the GIL, so the outputs do not
 depend on the thread count.
@@ -62,6 +73,7 @@ from . import vocabulary
 from .attention import (
     ATTENTION_CODES,
     CAUSAL_SA,
+    GAUSSIAN_LAW,
     USA,
     attention,
     gaussian_values,
@@ -72,6 +84,7 @@ from .attention import (
     normalize_rows,
     scaled_step,
     uniform_start,
+    value_draws,
 )
 from .outcomes import (
     OUTPUTS,
@@ -85,6 +98,7 @@ from .outcomes import (
     record_overlaps,
     resolved_for,
 )
+from .stochastic_options import NO_QK, SCHEMES, VALUE_LAWS, bilinear_logits, check_options, query_key
 
 ATTENTIONS = vocabulary.STOCHASTIC_ATTENTIONS
 NOISES = vocabulary.NOISES
@@ -94,13 +108,14 @@ NORMALS_PER_DRAW = 4096  # default buffer size (normals), when draw_batch is not
 _SPECIALISE = True  # n = 2 gaussian runs use _trajectory_pair (bit-identical); tests switch it off
 
 __all__ = [
-    "ATTENTIONS", "NOISES", "OUTPUTS", "simulate_stochastic_transformer", "simulate_stochastic_states",
+    "ATTENTIONS", "NOISES", "OUTPUTS", "SCHEMES", "VALUE_LAWS", "simulate_stochastic_transformer",
+    "simulate_stochastic_states",
 ]
 
 
 @njit(nogil=True, cache=True)
 def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times, eps, batch,
-                window, out, r, states):
+                window, out, r, states, law, m):
     """Integrate trajectory r and fill its entries of the outputs record out.
 
     x: (n, d) state; drawn from rng when draw_start, else the given start (normalised here).
@@ -109,8 +124,11 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times,
     states: (ntraj, nt, n, d) NaN-filled, row r gets the checkpoint states; or (ntraj, 0, n, d).
     batch: layers per buffered draw. window: early stopping's window (0: off; module docstring).
     The overlaps of a checkpoint's state are also the next layer's logits: computed once.
+    law: the value entries' law (attention.VALUE_LAW_CODES; literal noise unless gaussian).
+    m: (d, d) M = Q^T K, logits beta <x_i, M x_j>; (0, 0) for Q = K = I.
     """
     n, d = x.shape
+    qk = m.shape[0] > 0
     keep = states.shape[1] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
     rank = min(n, d)  # rows of R
@@ -131,9 +149,11 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times,
         if not ok:
             break
         if pos == buf.shape[0]:
-            buf = rng.standard_normal(min(batch, layers - layer) * per_layer)
+            buf = value_draws(rng, law, min(batch, layers - layer) * per_layer)
             pos = 0
-        if not fresh:
+        if qk:
+            bilinear_logits(x, m, direction, g)
+        elif not fresh:
             gram(x, g)
         attention(x, g, beta, att, ahat, logscale, w)
         if noise == GAUSSIAN:
@@ -312,7 +332,8 @@ def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, t
 
 
 def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
-         draw_batch, x0, keep_states, stop_when_resolved, resolved_window, threads):
+         draw_batch, x0, keep_states, stop_when_resolved, resolved_window, threads,
+         value_law="gaussian", qk="identity", matrices=None, scheme="discrete"):
     ckpt = check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, attention,
                                   ATTENTIONS, eps)
     window, threads = check_run_options(stop_when_resolved, resolved_window, threads)
@@ -320,6 +341,7 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
         raise ValueError(f"noise = {noise!r} is unknown: use one of {NOISES}")
     if not (np.isfinite(value_std) and value_std >= 0):
         raise ValueError(f"value_std = {value_std!r}, but the value entries' std must be finite, >= 0")
+    law = check_options(noise, value_law, scheme)
     n, d, layers = int(n), int(d), int(layers)
     per_layer = min(n, d) * d if noise == "gaussian" else d * d
     batch = max(1, NORMALS_PER_DRAW // per_layer) if draw_batch is None else int(draw_batch)
@@ -335,12 +357,30 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
     h = float(T) / layers
     times = h * ckpt.astype(np.float64)
     att, code = ATTENTION_CODES[attention], GAUSSIAN if noise == "gaussian" else LITERAL
-    trajectory = _trajectory_pair if (n == 2 and code == GAUSSIAN and _SPECIALISE) else _trajectory
+    draw_qk = query_key(d, qk, matrices)
+    default = law == GAUSSIAN_LAW and draw_qk is None and scheme == "discrete"
+    trajectory = _trajectory_pair if (n == 2 and code == GAUSSIAN and _SPECIALISE and default) \
+        else _trajectory
 
     def run_one(r):
         x = np.empty((n, d)) if x0 is None else x0[r].copy()
-        trajectory(rngs[r], x, x0 is None, float(beta), att, code, float(value_std), h, layers,
-                   ckpt, times, float(eps), batch, window, out, r, states)
+        rng, draw_start = rngs[r], x0 is None
+        m = NO_QK
+        if draw_qk is not None:  # start, then Q, K, from the trajectory's stream (docstring)
+            if draw_start:
+                x[:] = rng.standard_normal((n, d))  # = uniform_start's normals; normalised there
+                draw_start = False
+            m = draw_qk(rng)
+        args = (rng, x, draw_start, float(beta), att, code, float(value_std), h, layers, ckpt,
+                times, float(eps), batch, window, out, r, states)
+        if scheme == "sde":
+            from .stochastic_sde import trajectory_sde
+
+            trajectory_sde(*args[:5], *args[6:], m)
+        elif trajectory is _trajectory:
+            _trajectory(*args, law, m)
+        else:
+            trajectory(*args)
 
     for_each_trajectory(run_one, ntraj, threads)
     return out._asdict(), states
@@ -348,22 +388,29 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
 
 def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,
                                     attention="sa", noise="gaussian", eps=1e-3, draw_batch=None,
-                                    stop_when_resolved=False, resolved_window=2, threads=1):
+                                    stop_when_resolved=False, resolved_window=2, threads=1,
+                                    value_law="gaussian", qk="identity", matrices=None,
+                                    scheme="discrete"):
     """Simulate len(rngs) trajectories of the deep stochastic transformer; one Generator each.
 
     Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise,
     nt = len(checkpoint_layers). draw_batch: layers per buffered draw (results do not depend on it).
     stop_when_resolved, resolved_window: early stopping (module docstring). threads: trajectories
-    run on this many threads (results do not depend on it).
+    run on this many threads (results do not depend on it). value_law: "gaussian", "rademacher" or
+    "uniform" entries of V_k (the last two need noise="literal"). qk: Q, K ensemble as the sphere
+    flow's ("identity", "ginibre", "goe", "wigner", "wishart"); matrices: explicit {"Q", "K"} (d, d).
+    scheme: "discrete" (the transformer) or "sde" (`stochastic_sde`, its limit SDE).
     """
     out, _ = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
-                  draw_batch, None, False, stop_when_resolved, resolved_window, threads)
+                  draw_batch, None, False, stop_when_resolved, resolved_window, threads,
+                  value_law, qk, matrices, scheme)
     return out
 
 
 def simulate_stochastic_states(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,
                                attention="sa", noise="gaussian", eps=1e-3, draw_batch=None, x0=None,
-                               stop_when_resolved=False, resolved_window=2, threads=1):
+                               stop_when_resolved=False, resolved_window=2, threads=1,
+                               value_law="gaussian", qk="identity", matrices=None, scheme="discrete"):
     """As simulate_stochastic_transformer, also returning the states: (states, outputs).
 
     states: (ntraj, nt, n, d) tokens at each checkpoint (NaN after a non-finite step; an
@@ -371,5 +418,6 @@ def simulate_stochastic_states(rngs, *, n, d, beta, value_std=1.0, T, layers, ch
     normalised); then the stream starts with layer 0's noise, no start normals are drawn.
     """
     out, states = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise,
-                       eps, draw_batch, x0, True, stop_when_resolved, resolved_window, threads)
+                       eps, draw_batch, x0, True, stop_when_resolved, resolved_window, threads,
+                       value_law, qk, matrices, scheme)
     return states, out

@@ -203,6 +203,20 @@ class Time(_Strict):
     def checkpoint_times(self) -> np.ndarray:
         return np.asarray(self.checkpoint_layers, dtype=np.float64) * self.h
 
+    def layers_at(self, layers: int) -> tuple[int, ...]:
+        """The checkpoint layer counts at another layer count (a `layers` grid axis), same times.
+
+        Raises ValueError naming the first checkpoint time that is not a whole number of layers.
+        """
+        h = self.T / layers
+        exact = self.checkpoint_times / h
+        for t, e in zip(self.checkpoint_times, exact):
+            if abs(e - round(e)) > 1e-6:
+                raise ValueError(f"checkpoint time {t:g} is not a whole number of layers at layers = "
+                                 f"{layers} (h = {h:g}): choose checkpoint times that are multiples "
+                                 "of every h, or layer counts that are multiples of the checkpoint count")
+        return tuple(int(round(e)) for e in exact)
+
 
 class SweepBase(_Strict):
     """Fields every model's sweep has."""
@@ -246,8 +260,10 @@ class SweepBase(_Strict):
 
     @property
     def axes(self) -> dict[str, tuple]:
-        """Grid axes in storage order (the order of the grid's fields)."""
-        return {name: getattr(self.grid, name) for name in type(self.grid).model_fields}
+        """Grid axes in storage order (the order of the grid's fields); an optional axis left out
+        (None) is no axis."""
+        return {name: getattr(self.grid, name) for name in type(self.grid).model_fields
+                if getattr(self.grid, name) is not None}
 
     @property
     def n_cells(self) -> int:

@@ -14,25 +14,62 @@ array([0.12 , 0.281])
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from ...kernels import vocabulary
 from .. import theory
 from ..plugin import Model
 from ..report import antipodal
-from ..spec import Grid, SweepBase
+from ..matrix_fields import Matrix, check_fixes_d, square_matrix
+from ..spec import MAX_LAYERS, Grid, SweepBase, _axis_values, refuse
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments, two_token_cells
+
+VALUE_LAWS = ("gaussian", "rademacher", "uniform")  # = kernels.stochastic.VALUE_LAWS (no numba here)
+SCHEMES = ("discrete", "sde")  # = kernels.stochastic.SCHEMES
+
+
+class StochasticGrid(Grid):
+    """beta, d, n, and optionally `layers` (h = T / layers per cell: the O(h) bias in one sweep)."""
+
+    layers: Optional[tuple[int, ...]] = None
+
+    @field_validator("layers")
+    @classmethod
+    def _layer_counts(cls, values):
+        bad = [v for v in values if not 1 <= v <= MAX_LAYERS]
+        if bad:
+            raise ValueError(f"contains {bad}, but a layer count is from 1 to {MAX_LAYERS}: remove "
+                             "them from grid.layers")
+        return values
+
+    @model_serializer(mode="wrap")
+    def _without_absent_axis(self, handler):
+        data = handler(self)  # no `layers: null` in stored specs: absent means no such axis
+        if data.get("layers") is None:
+            data.pop("layers", None)
+        return data
 
 
 class StochasticTransformerSweep(SweepBase):
-    """Deep stochastic transformer [F26]: x_i <- N(x_i + sqrt(h) V_k A_i(X))."""
+    """Deep stochastic transformer [F26]: x_i <- N(x_i + sqrt(h) V_k A_i(X)).
+
+    Generalised ([F26] Thm 1's assumptions; docs/models.md 4.4): `value_law` (entries' law; a
+    non-Gaussian law needs `noise: literal`, chosen for it when noise is not given), `qk` /
+    `matrices` (Q, K: random ensembles or explicit; no closed form then), `grid.layers` (h as an
+    axis; time.layers may then be left out: it becomes the largest value) and `scheme` (the
+    discrete transformer, or the reference integrator of its limit SDE).
+    """
 
     model: Literal["stochastic_transformer"]
     attention: Literal[vocabulary.STOCHASTIC_ATTENTIONS] = "sa"
-    grid: Grid
+    grid: StochasticGrid
+    value_law: Literal[VALUE_LAWS] = "gaussian"
+    qk: Literal[vocabulary.QK_ENSEMBLES] = "identity"
+    matrices: Optional[dict[Literal["Q", "K"], Matrix]] = None
+    scheme: Literal[SCHEMES] = "discrete"
     value_std: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     noise: Literal[vocabulary.NOISES] = "gaussian"
     # early stopping (kernels/stochastic.py docstring): a trajectory with one resolved class at
@@ -41,9 +78,78 @@ class StochasticTransformerSweep(SweepBase):
     resolved_window: int = Field(default=2, ge=1)
     threads: int = Field(default=1, ge=1)  # a partition's trajectories on this many threads
 
+    @model_validator(mode="before")
+    @classmethod
+    def _implied_fields(cls, data):
+        """A non-Gaussian law picks the literal path; a layers axis supplies time.layers."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("value_law", "gaussian") != "gaussian" and "noise" not in data:
+            data = {**data, "noise": "literal"}
+        grid, time = data.get("grid"), data.get("time")
+        if isinstance(grid, dict) and isinstance(time, dict) and "layers" not in time \
+                and grid.get("layers") is not None:
+            try:
+                largest = max(int(v) for v in _axis_values(grid["layers"], "layers"))
+            except (TypeError, ValueError):
+                return data  # reported by the grid's own validation
+            data = {**data, "time": {**time, "layers": largest}}
+        return data
+
+    @field_validator("matrices", mode="before")
+    @classmethod
+    def _query_key_matrices(cls, value):
+        if value is None:
+            return None
+        if not isinstance(value, dict) or set(value) - {"Q", "K"}:
+            raise ValueError(f"got {value!r}: give a mapping with keys Q and/or K, each a list of d "
+                             "lists of d numbers")
+        return {k: square_matrix(m.tolist() if isinstance(m, np.ndarray) else m, f"matrices.{k}")
+                for k, m in value.items()} or None
+
+    @model_validator(mode="after")
+    def _consistent_generalisation(self):
+        if self.value_law != "gaussian" and self.noise == "gaussian":
+            raise refuse("noise", f"'gaussian' is exact for Gaussian entries only, but value_law = "
+                          f"{self.value_law!r}: set noise: literal (or leave noise out)")
+        if self.scheme == "sde" and (self.value_law != "gaussian" or self.noise != "gaussian"):
+            raise refuse("scheme", "'sde' integrates the limit SDE with Brownian increments: leave "
+                          "value_law and noise at 'gaussian' (or use scheme: discrete)")
+        for key, matrix in (self.matrices or {}).items():
+            check_fixes_d(f"matrices.{key}", len(matrix), self.grid.d)
+            if self.qk != "identity":
+                raise refuse(f"matrices.{key}", f"an explicit {key} fixes the query-key pair, but qk = "
+                              f"{self.qk!r} draws it: remove matrices.{key} or set qk: identity")
+        if self.grid.layers is not None:
+            if self.time.layers not in self.grid.layers:
+                raise refuse("time.layers", f"{self.time.layers} is not among grid.layers "
+                              f"{list(self.grid.layers)}: remove time.layers (the largest is used)")
+            for layers in self.grid.layers:
+                try:
+                    self.time.layers_at(layers)
+                except ValueError as err:
+                    raise refuse("time.checkpoints", str(err)) from None
+        return self
+
+    @property
+    def closed_form_applies(self) -> bool:
+        """Q^T K = I (the two-token closed form's assumption); value_law and scheme keep the limit."""
+        if self.qk != "identity":
+            return False
+        if not self.matrices:
+            return True
+        d = self.grid.d[0]  # explicit matrices fix d
+        q, k = (np.asarray(self.matrices.get(key, np.eye(d))) for key in ("Q", "K"))
+        return bool(np.array_equal(q.T @ k, np.eye(d)))
+
     def canonical(self) -> dict:
-        """As SweepBase's, without `threads`: it changes how a partition runs, not its numbers."""
-        return {k: v for k, v in super().canonical().items() if k != "threads"}
+        """As SweepBase's, without `threads` (it changes how a partition runs, not its numbers)
+        and, with a layers axis, without time.layers (the grid's largest value by default, so a
+        store may grow along the axis)."""
+        out = {k: v for k, v in super().canonical().items() if k != "threads"}
+        if self.grid.layers is not None:
+            out["time"] = {k: v for k, v in out["time"].items() if k != "layers"}
+        return out
 
 
 class StochasticTransformer(Model):
@@ -52,6 +158,7 @@ class StochasticTransformer(Model):
                "fresh each layer, shared by all tokens")
     spec = StochasticTransformerSweep
     outputs = vocabulary.STOCHASTIC_OUTPUTS
+    report_facts = ("scheme", "noise", "value_law", "qk")  # which variant ran (docs/models.md 4.4)
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.stochastic import simulate_stochastic_transformer
@@ -59,23 +166,40 @@ class StochasticTransformer(Model):
         return simulate_stochastic_transformer(
             rngs, **sphere_cell(coords), value_std=sweep.value_std, attention=sweep.attention,
             noise=sweep.noise, stop_when_resolved=sweep.stop_when_resolved,
-            resolved_window=sweep.resolved_window, threads=sweep.threads, **time_arguments(sweep))
+            resolved_window=sweep.resolved_window, threads=sweep.threads,
+            **generalised_arguments(sweep, coords))
 
     def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
         """P(antipodal) of two tokens started uniformly (SA and USA alike); NaN where none applies."""
         beta, d, _, mask = two_token_cells(cells)
         out = np.full(beta.shape, np.nan)
-        if sweep.attention in CLOSED_FORM_ATTENTIONS:
+        if sweep.attention in CLOSED_FORM_ATTENTIONS and sweep.closed_form_applies:
             for idx in zip(*np.nonzero(mask)):
                 out[idx] = theory.antipodal_probability(beta[idx], int(d[idx]))
         return out
 
     def critical_beta(self, sweep, d) -> float:
         """beta_c(d): -1 attracts above it (-inf for d = 2, where both ends always attract)."""
-        return float(theory.beta_c(d)) if sweep.attention in CLOSED_FORM_ATTENTIONS else np.nan
+        applies = sweep.attention in CLOSED_FORM_ATTENTIONS and sweep.closed_form_applies
+        return float(theory.beta_c(d)) if applies else np.nan
 
     def sections(self, sweep):
-        return [antipodal.probability_section, antipodal.any_pair_section]
+        return [antipodal.probability_section, antipodal.step_bias_section,
+                antipodal.any_pair_section]
+
+
+def generalised_arguments(sweep, coords: dict) -> dict:
+    """Time arguments (at the cell's layer count when layers is an axis) and the options of
+    docs/models.md 4.4, as `simulate_stochastic_transformer` takes them."""
+    args = time_arguments(sweep)
+    if "layers" in coords:
+        layers = int(coords["layers"])
+        args.update(layers=layers,
+                    checkpoint_layers=np.asarray(sweep.time.layers_at(layers), dtype=np.int64))
+    matrices = ({k: np.asarray(m, dtype=np.float64) for k, m in sweep.matrices.items()}
+                if sweep.matrices else None)
+    return dict(args, value_law=sweep.value_law, qk=sweep.qk, matrices=matrices,
+                scheme=sweep.scheme)
 
 
 model = StochasticTransformer()

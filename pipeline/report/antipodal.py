@@ -6,6 +6,8 @@
   and the model's `critical_beta` as a dashed line of the same colour. Other grid axes of size > 1
   (n, sigma, ...) become facets.
 * `heatmap_section`: P(antipodal) over (beta, sigma) with the model's `threshold_curves` over it.
+* `step_bias_section` (a `layers` grid axis only): P(antipodal) against h = T / layers per cell,
+  the closed form beside it (the h -> 0 limit): the O(h) bias and its trend in one sweep.
 * `any_pair_section` (n > 2 only): P(at least one antipodal pair) against beta per n and its
   persistence over the checkpoints ([F26] Figs. 6-7).
 
@@ -26,7 +28,7 @@ from ..plugin import Part, ReportInput
 from .figures import N_DENSE, facets, figure_title, panels, plt, save, scalar, subplots, with_dims
 from .page import fmt, row_order, rows_table
 
-__all__ = ["probability_section", "heatmap_section", "any_pair_section", "markdown_table",
+__all__ = ["probability_section", "heatmap_section", "any_pair_section", "step_bias_section", "markdown_table",
            "plot_antipodal_vs_beta", "plot_heatmap", "plot_any_antipodal", "AGREE_LEVEL", "AGREE_WIDEN"]
 
 AGREE_LEVEL, AGREE_WIDEN = 0.99, 0.01
@@ -229,3 +231,54 @@ def plot_any_antipodal(table: xr.Dataset, path, persistence_path=None) -> dict:
         out["persistence"] = save(fig, persistence_path, figure_title(
             attrs, "P(antipodal pair at t) (solid) and P(present from t to T) (dashed)"))
     return out
+
+
+def step_bias_section(report: ReportInput) -> Part:
+    """The O(h) bias: P(antipodal) against h = T / layers per cell, beside the closed form (the
+    h -> 0 limit); only when `layers` is a grid axis with more than one value."""
+    ds, level = report.ds, report.level
+    if ds.sizes.get("layers", 1) < 2:
+        return Part([], {})
+    table = antipodal_table(ds, level=level)
+    T = float(ds.attrs["T"])
+    others = [dim for dim in row_order(table.n_traj.dims) if dim != "layers"]
+    table = table.sortby(others + ["layers"]).transpose(*others, "layers")
+    hs = T / table.layers.values
+    head = others + [f"h = {h:.3g}" for h in hs] + ["theory (h → 0)"]
+    rows = []
+    for idx in np.ndindex(*[table.sizes[dim] for dim in others]):
+        cell = table[dict(zip(others, idx))]
+        rows.append([f"{cell[dim].values.item():g}" for dim in others] + [
+            f"{fmt(float(c.p_antipodal))} [{fmt(float(c.lo))}, {fmt(float(c.hi))}]"
+            for c in (cell.isel(layers=i) for i in range(len(hs)))] + [fmt(float(cell.theory.isel(layers=0)))])
+    figures = {"step_bias": plot_step_bias(table, hs, report.out / "step_bias.png")}
+    lines = [
+        "## P(antipodal) against the step h = T / layers", "",
+        f"Each row: one cell at every layer count ({level:.0%} Wilson intervals), the closed form "
+        "last (the limit SDE, h → 0). The discrete model's bias is O(h) (docs/models.md section 4). "
+        "The header's layers and h are the spec's time.layers; each column has its own h.", "",
+        rows_table(head, rows), "", "![step bias](step_bias.png)", ""]
+    return Part(lines, figures)
+
+
+def plot_step_bias(table: xr.Dataset, hs, path) -> str:
+    """P(antipodal) vs h per cell (Wilson bars), the closed form drawn at h = 0; returns path."""
+    others = [dim for dim in table.n_traj.dims if dim != "layers"]
+    fig, axes = subplots(1, width=7.0)
+    ax = axes[0]
+    for i, idx in enumerate(np.ndindex(*[table.sizes[dim] for dim in others])):
+        cell = table[dict(zip(others, idx))]
+        label = ", ".join(f"{dim} = {cell[dim].values.item():g}" for dim in others
+                          if table.sizes[dim] > 1)
+        colour = plt.cm.tab10(i % 10)
+        p, lo, hi = (np.ravel(cell[v].values) for v in ("p_antipodal", "lo", "hi"))
+        ax.errorbar(hs, p, yerr=np.maximum([p - lo, hi - p], 0), fmt="o-", ms=4, capsize=2,
+                    color=colour, label=label or None)
+        ax.plot([0.0], [float(cell.theory.isel(layers=0))], "*", ms=10, color=colour)
+    ax.set(xlabel="step h = T / layers (time units)", ylabel="P(antipodal) (probability)",
+           xlim=(-0.03 * max(hs), 1.03 * max(hs)))
+    ax.grid(alpha=0.3)
+    if len(ax.get_legend_handles_labels()[0]):
+        ax.legend(fontsize=7, ncol=2)
+    attrs = {k: v for k, v in table.attrs.items() if k != "layers"}  # h varies: not one h
+    return save(fig, path, figure_title(attrs, "P(antipodal) vs h; stars: closed form (h → 0)"))
