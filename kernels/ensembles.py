@@ -9,6 +9,7 @@ Starts (x: (n, d), tokens are rows):
 - "hemisphere": the same, then x_i1 <- |x_i1|: uniform on the half sphere {<x, e_1> >= 0}.
 - "equiangular": n*d standard normals, row-major, orthonormalised by Gram-Schmidt (two passes):
   a Haar-random orthonormal n-frame, all overlaps 0 (needs d >= n).
+- GIVEN: a start drawn before (`kernels/starts.py`, from the same Generator first); rows normalised.
 
 Matrix ensembles (d x d, entries scaled so that a draw is O(1) as an operator on typical vectors;
 G below always means d*d standard normals, row-major, times 1/sqrt(d)):
@@ -54,6 +55,7 @@ UNIFORM_SPHERE = 0
 HEMISPHERE = 1
 EQUIANGULAR = 2
 INIT_CODES = dict(zip(vocabulary.SPHERE_FLOW_INITS, (UNIFORM_SPHERE, HEMISPHERE, EQUIANGULAR)))
+GIVEN = 3  # shape_start normalises its rows, as for UNIFORM_SPHERE
 TIME_VARYING = vocabulary.TIME_VARYING
 
 

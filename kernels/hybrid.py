@@ -126,15 +126,16 @@ def _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, 
 
 def simulate_hybrid(rngs, *, n, d, beta, sigma, T, layers, checkpoint_layers, attention="sa",
                     eps=1e-3, draw_batch=None, stop_when_resolved=False, resolved_window=2,
-                    threads=1):
+                    threads=1, x0=None):
     """Simulate len(rngs) trajectories of the hybrid noise model; one Generator each.
 
     Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise.
     stop_when_resolved, resolved_window: early stopping (`stochastic` module docstring);
     threads: trajectories run on this many threads (results do not depend on it).
+    x0: optional (ntraj, n, d) starts already drawn (as in `simulate_stochastic_transformer`).
     """
     out, _ = _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, draw_batch,
-                  None, False, stop_when_resolved, resolved_window, threads)
+                  x0, False, stop_when_resolved, resolved_window, threads)
     return out
 
 

@@ -348,16 +348,18 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
 
 def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,
                                     attention="sa", noise="gaussian", eps=1e-3, draw_batch=None,
-                                    stop_when_resolved=False, resolved_window=2, threads=1):
+                                    stop_when_resolved=False, resolved_window=2, threads=1, x0=None):
     """Simulate len(rngs) trajectories of the deep stochastic transformer; one Generator each.
 
     Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise,
     nt = len(checkpoint_layers). draw_batch: layers per buffered draw (results do not depend on it).
     stop_when_resolved, resolved_window: early stopping (module docstring). threads: trajectories
-    run on this many threads (results do not depend on it).
+    run on this many threads (results do not depend on it). x0: optional (ntraj, n, d) starts
+    (`kernels/starts.py`; rows normalised), already drawn from the Generators, which then give the
+    layers' noise; None: each Generator draws a uniform start first.
     """
     out, _ = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
-                  draw_batch, None, False, stop_when_resolved, resolved_window, threads)
+                  draw_batch, x0, False, stop_when_resolved, resolved_window, threads)
     return out
 
 
