@@ -141,6 +141,10 @@ def legacy_euclidean(data):
         return data
     data = dict(data)
     scale = data.pop("box", None)
+    if scale is not None and not (isinstance(scale, (int, float)) and not isinstance(scale, bool)
+                                  and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"box: Input should be greater than 0 and finite, got {_short(scale)}: "
+                         "give the half width of the start box")
     init = data.get("init", "box")
     old = {"box": "half_width", "gaussian": "std", "uniform_sphere": "radius"}
     if isinstance(init, str) and init in old:
