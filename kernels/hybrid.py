@@ -11,7 +11,8 @@ uniform on S^{d-1}. Limit: dx = (1 - sigma^2 <x, A>) P_x A dt - (sigma^2/2) |P_x
 below, antipodal above.
 
 Random stream of one trajectory (one numpy Generator each, `standard_normal`):
-  1. n*d normals, row-major (n, d): the start, each row normalised;
+  1. n*d normals, row-major (n, d): the start, each row normalised (or a given `x0`, drawn before
+     from the same Generator, `kernels/starts.py`);
   2. then xi_0, xi_1, ..., one normal per layer, fetched `draw_batch` layers at a time (the stream
      and the outputs do not depend on the batch size).
 

@@ -19,7 +19,8 @@ Noise paths (same law, different random numbers):
   is permutation-equivariant in law only; the literal path is equivariant pathwise.
 
 Random stream of one trajectory (one numpy Generator each, consumed by `standard_normal`):
-  1. n*d normals, row-major (n, d): the start, each row normalised;
+  1. n*d normals, row-major (n, d): the start, each row normalised (or a start `x0` drawn before
+     from the same Generator, `kernels/starts.py`);
   2. then, layer by layer in order, the layer's normals: W (r*d) or V_k (d*d).
 Layer draws are fetched `draw_batch` layers at a time into one buffer; the stream is the same
 concatenation whatever the batch size, so outputs are bit-identical for any `draw_batch`.
