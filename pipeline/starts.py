@@ -214,6 +214,9 @@ def check_start(sweep) -> None:
         if grid.n != (2,):
             raise refuse("init", f"kind overlap draws a pair of tokens, but grid.n is {list(grid.n)}: "
                          "set grid.n: 2")
+        if min(grid.d) < 2:
+            raise refuse("init", f"kind overlap needs a second direction, but grid.d has "
+                         f"{min(grid.d)}: use d >= 2")
         if start.rho0 is None and rho0_axis is None:
             raise refuse("init.rho0", "missing: give init.rho0 in [-1, 1] or a grid axis grid.rho0")
     if kind == "equiangular":

@@ -226,6 +226,8 @@ BAD_INIT = [  # (changes, the start of the one-line message)
     ({"grid": {"rho0": [0.1]}}, "grid.rho0: is the initial overlap of two tokens: set init: overlap"),
     ({"init": "overlap", "grid": {"rho0": [0.1, 2]}}, "grid.rho0: contains [2.0], but an overlap lies"),
     ({"init": "equiangular", "grid": {"n": 5}}, "init: 'equiangular' needs d >= n"),
+    ({"model": "euclidean_flow", "init": {"kind": "overlap", "rho0": 0.1}, "grid": {"d": 1}},
+     "init: kind overlap needs a second direction"),
     ({"init": {"kind": "box", "half_width": 1}}, "init.normalise: the sphere models put every token"),
     ({"init": {"kind": "box", "half_width": -1, "normalise": True}}, "init.half_width: Input should be greater"),
     ({"init": {"kind": "hemisphere", "v": [1, 0]}}, "init.v: a direction of 2 numbers fixes d = 2"),
