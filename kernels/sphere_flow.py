@@ -310,7 +310,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     time_varying: None, a preset name of `ensembles.TIME_VARYING`, or {"amp", "omega", "phase"
     (broadcast to (heads, d)), "absolute"}: P_h(t) = diag(amp cos(omega t + phase)) Q_h^T K_h.
     init: "uniform_sphere", "hemisphere" (of e_1), "equiangular" (needs d >= n); x0: or the
-    (ntraj, n, d) starts, drawn before from the Generators (`kernels/starts.py`; rows normalised).
+    (ntraj, n, d) starts on the sphere, drawn before from the Generators (`kernels/starts.py`).
     delta: frac_close threshold; eps: clustering threshold. rst_scaling: divide heads by sqrt(d).
     return_states: also return "states" (ntraj, nt, n, d).
     precision: "float64" or "float32", the arithmetic of the state and the drift (the starts are
@@ -359,6 +359,8 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
         x0 = np.asarray(x0, dtype=np.float64)
         if x0.shape != (ntraj, n, d):
             raise ValueError(f"x0 has shape {x0.shape}, expected (ntraj, n, d) = {(ntraj, n, d)}")
+        if not np.all(np.abs(np.linalg.norm(x0, axis=2) - 1.0) <= 1e-12):
+            raise ValueError("x0 has rows off the unit sphere: normalise them (`kernels/starts.py` does)")
 
     def starts(r0, r1):  # the block's starts: normals drawn here (`draw_start`'s), or given ones
         return start_normals(rngs, r0, r1, n, d) if x0 is None else x0[r0:r1].copy()

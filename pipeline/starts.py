@@ -18,6 +18,7 @@ kind              parameters (defaults)                       start of every tra
 ``gaussian``      std (1)                                     i.i.d. N(0, std^2) coordinates (R^d only)
 ``file``          path of a .npy file; sha256 (filled in)     an (n, d) array for every trajectory, or
                                                               row r of a (trajectories, n, d) array
+                                                              (tokens normalised on the sphere)
 ================  ==========================================  =========================================
 
 Older spellings are still read and mean the same numbers: ``uniform_sphere`` is ``uniform``; the
@@ -256,15 +257,20 @@ def drawn_by_kernel(start: Start) -> bool:
 
 def starts_of(sweep, coords: dict, rngs: list) -> np.ndarray:
     """(len(rngs), n, d) starts of one partition, each the first draw of its trajectory's Generator
-    (nothing is drawn for a file start; row r of a 3-d file goes to trajectory r)."""
+    (nothing is drawn for a file start; row r of a 3-d file goes to trajectory r, its tokens
+    normalised on the sphere models)."""
     from ..kernels.starts import draw_starts
 
     start, n, d = sweep.init, int(coords["n"]), int(coords["d"])
     if start.kind == "file":
         array = load_file(start)
         if array.ndim == 2:
-            return np.repeat(array[None], len(rngs), axis=0)
-        return array[[trajectory_index(rng) for rng in rngs]]
+            array = np.repeat(array[None], len(rngs), axis=0)
+        else:
+            array = array[[trajectory_index(rng) for rng in rngs]]
+        if getattr(sweep, "on_sphere", True):  # rows onto the sphere, as the kernels normalise
+            array = array / np.linalg.norm(array, axis=2, keepdims=True)
+        return array
     rho0 = coords.get("rho0", start.rho0)
     v = np.asarray(start.v, float) if isinstance(start.v, tuple) else start.v
     return draw_starts(rngs, start.kind, n, d, v=v, rho0=None if rho0 is None else float(rho0),

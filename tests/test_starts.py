@@ -176,15 +176,20 @@ def test_every_model_starts_from_a_given_start(model, tmp_path):
 # -- file starts: read back exactly, per trajectory, provenance -------------------------------------
 
 def test_file_starts_are_read_back_exactly_per_trajectory(tmp_path):
+    """R^d: the array exactly, row r for trajectory r whatever the partition; on the sphere the
+    same tokens, normalised."""
     starts = np.random.default_rng(0).standard_normal((6, 2, 3))
     np.save(tmp_path / "x.npy", starts)
-    sweep = spec(init={"kind": "file", "path": str(tmp_path / "x.npy")}, grid={"d": 3}, trajectories=6)
     coords = {"beta": 1.0, "d": 3, "n": 2}
-    # trajectories 2..4 of a partition get rows 2..4, whatever the partition
-    got = starts_of(sweep, coords, trajectory_rngs(sweep.seed, coords, range(2, 5)))
-    assert np.array_equal(got, starts[2:5])
+    for model in ("euclidean_flow", "stochastic_transformer"):
+        sweep = spec(model, init={"kind": "file", "path": str(tmp_path / "x.npy")}, grid={"d": 3},
+                     trajectories=6)
+        got = starts_of(sweep, coords, trajectory_rngs(sweep.seed, coords, range(2, 5)))
+        want = starts[2:5] if model == "euclidean_flow" else \
+            starts[2:5] / np.linalg.norm(starts[2:5], axis=2, keepdims=True)
+        assert np.array_equal(got, want)
     np.save(tmp_path / "y.npy", starts[0])
-    one = spec(init={"kind": "file", "path": str(tmp_path / "y.npy")}, grid={"d": 3})
+    one = spec("euclidean_flow", init={"kind": "file", "path": str(tmp_path / "y.npy")}, grid={"d": 3})
     assert np.array_equal(starts_of(one, coords, rngs(3)), np.repeat(starts[:1], 3, axis=0))
 
 
@@ -322,3 +327,19 @@ def test_the_rho0_check_can_fail(rho0_cube):
     lo, hi = wilson_interval(int((classes == 2).sum()), classes.size, level=0.999)
     wrong = float(antipodal_probability(2.0, 4))
     assert not lo - STEP_BIAS <= wrong <= hi + STEP_BIAS
+
+
+@pytest.mark.parametrize("qk", ["identity", "goe"])
+def test_a_given_start_continues_the_sphere_flows_stream(qk):
+    """A hemisphere about v = (1, 0, 0) given as a list runs as a start drawn in Python (x0),
+    the same numbers as the kernel's own hemisphere start; the random matrices (goe) are drawn
+    after it from the same Generator: the plug-in equals the kernel's own old path bit for bit,
+    on the fixed-weight path and on the per-trajectory one."""
+    from tokensweep.kernels.sphere_flow import simulate_sphere_flow
+
+    sweep = spec("sphere_flow", init={"kind": "hemisphere", "v": [1, 0, 0]}, qk=qk, grid={"d": 3, "n": 5})
+    got = get_model("sphere_flow").simulate(sweep, {"beta": 1.0, "d": 3, "n": 5}, rngs(4))
+    ref = simulate_sphere_flow(rngs(4), n=5, d=3, beta=1.0, T=1.0, layers=10, checkpoint_layers=[10],
+                               init="hemisphere", qk=qk)
+    for name in ref:
+        assert np.array_equal(got[name], ref[name], equal_nan=True), name
