@@ -9,6 +9,8 @@ Starts (x: (n, d), tokens are rows):
 - "hemisphere": the same, then x_i1 <- |x_i1|: uniform on the half sphere {<x, e_1> >= 0}.
 - "equiangular": n*d standard normals, row-major, orthonormalised by Gram-Schmidt (two passes):
   a Haar-random orthonormal n-frame, all overlaps 0 (needs d >= n).
+- GIVEN: a start drawn before (`kernels/starts.py`, from the same Generator first), already on the
+  sphere: used as it is (renormalising would move its last bits).
 
 Matrix ensembles (d x d, entries scaled so that a draw is O(1) as an operator on typical vectors;
 G below always means d*d standard normals, row-major, times 1/sqrt(d)):
@@ -54,6 +56,7 @@ UNIFORM_SPHERE = 0
 HEMISPHERE = 1
 EQUIANGULAR = 2
 INIT_CODES = dict(zip(vocabulary.SPHERE_FLOW_INITS, (UNIFORM_SPHERE, HEMISPHERE, EQUIANGULAR)))
+GIVEN = 3  # a start given on the sphere: shape_start leaves it as it is
 TIME_VARYING = vocabulary.TIME_VARYING
 
 
@@ -62,6 +65,8 @@ def shape_start(kind, x):
     """Turn x (n, d), holding n*d standard normals row-major, into a start of the given kind
     (module docstring) in place; False if degenerate."""
     n, d = x.shape
+    if kind == GIVEN:
+        return True
     if kind == EQUIANGULAR:
         for _ in range(2):  # second pass: orthogonality to rounding
             for i in range(n):

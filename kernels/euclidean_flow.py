@@ -23,7 +23,7 @@ exponential, so that logits of size 1e300 neither overflow nor produce NaN.
 Schemes, h = T / layers: explicit Euler (the papers' h = 0.1) and classical RK4.
 
 Initial conditions (drawn by the Python wrapper from each trajectory's own Generator, token-major
-C order, one call per trajectory):
+C order, one call per trajectory, by `kernels/starts.py`), or given as x0:
     "box":            rng.uniform(-box, box, size=(n, d))     (the papers' U[-5, 5]^d, box = 5)
     "gaussian":       box * rng.standard_normal((n, d))       (i.i.d. N(0, box^2) coordinates)
     "uniform_sphere": g = rng.standard_normal((n, d)), rows scaled to norm box (d = 1: +-box).
@@ -357,12 +357,13 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
 
 def draw_start(rng, init, n, d, box):
     """One trajectory's start (n, d) from its Generator (order: see module docstring)."""
+    from .starts import draw_start as draw
+
     if init == "box":
-        return rng.uniform(-box, box, size=(n, d))
+        return draw(rng, "box", n, d, half_width=box)
     if init == "gaussian":
-        return box * rng.standard_normal((n, d))
-    g = rng.standard_normal((n, d))
-    return box * g / np.linalg.norm(g, axis=1, keepdims=True)
+        return draw(rng, "gaussian", n, d, std=box)
+    return draw(rng, "uniform", n, d, radius=box)
 
 
 def _square(name, m, d):
@@ -379,7 +380,7 @@ def _square(name, m, d):
 
 
 def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layers, V, Q=None,
-                            K=None, integrator="euler", init="box", box=5.0, eps=1e-3):
+                            K=None, integrator="euler", init="box", box=5.0, eps=1e-3, x0=None):
     """Integrate the unnormalised attention flow for one grid cell and a block of trajectories.
 
     rngs: sequence of numpy Generators, one per trajectory (each draws its own start).
@@ -387,6 +388,7 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
     layers: number of steps, h = T / layers. checkpoint_layers: sorted unique int step counts
     (0 allowed), last == layers. V, Q, K: (d, d) (Q = K = I by default; scalars for d = 1).
     integrator: "euler" | "rk4". init: "box" | "gaussian" | "uniform_sphere"; box: its scale.
+    x0: or the (ntraj, n, d) starts, drawn before (`kernels/starts.py`); then init, box are not read.
     eps: relative cluster threshold (see module docstring).
 
     Returns {name: array} per `OUTPUTS`: n_clusters (ntraj, nt) int16, spread (ntraj, nt),
@@ -434,7 +436,13 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
     out = allocate_outputs(ntraj, ckpt.size, EuclideanFlowOutcomes,
                            shapes={"z_final": (n, d), "P_final": (n, n)})
     z = out.z_final  # the state, integrated in place
-    for r, rng in enumerate(rngs):
+    if x0 is not None:
+        x0 = np.asarray(x0, dtype=np.float64)
+        if x0.shape != (ntraj, n, d) or not np.all(np.isfinite(x0)):
+            raise ValueError(f"x0 has shape {x0.shape}, but (ntraj, n, d) = {(ntraj, n, d)} finite "
+                             "starts are needed")
+        z[:] = x0
+    for r, rng in enumerate(rngs if x0 is None else ()):
         z[r] = draw_start(rng, init, n, d, float(box))
     thr = np.array([eps * initial_radius(z[r]) for r in range(ntraj)])
     integrate_block(out, 0.0, V, Q, K, float(beta), float(T) / int(layers), ckpt,

@@ -11,7 +11,8 @@ uniform on S^{d-1}. Limit: dx = (1 - sigma^2 <x, A>) P_x A dt - (sigma^2/2) |P_x
 below, antipodal above.
 
 Random stream of one trajectory (one numpy Generator each, `standard_normal`):
-  1. n*d normals, row-major (n, d): the start, each row normalised;
+  1. n*d normals, row-major (n, d): the start, each row normalised (or a given `x0`, drawn before
+     from the same Generator, `kernels/starts.py`);
   2. then xi_0, xi_1, ..., one normal per layer, fetched `draw_batch` layers at a time (the stream
      and the outputs do not depend on the batch size).
 
@@ -126,15 +127,16 @@ def _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, 
 
 def simulate_hybrid(rngs, *, n, d, beta, sigma, T, layers, checkpoint_layers, attention="sa",
                     eps=1e-3, draw_batch=None, stop_when_resolved=False, resolved_window=2,
-                    threads=1):
+                    threads=1, x0=None):
     """Simulate len(rngs) trajectories of the hybrid noise model; one Generator each.
 
     Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise.
     stop_when_resolved, resolved_window: early stopping (`stochastic` module docstring);
     threads: trajectories run on this many threads (results do not depend on it).
+    x0: optional (ntraj, n, d) starts already drawn (as in `simulate_stochastic_transformer`).
     """
     out, _ = _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, draw_batch,
-                  None, False, stop_when_resolved, resolved_window, threads)
+                  x0, False, stop_when_resolved, resolved_window, threads)
     return out
 
 

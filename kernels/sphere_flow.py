@@ -62,6 +62,7 @@ from tokensweep.kernels import outcomes, vocabulary
 from tokensweep.kernels import sphere_symmetric as symmetric
 from tokensweep.kernels.blocks import block_size, run_blocks, start_normals
 from tokensweep.kernels.ensembles import (
+    GIVEN,
     draw_frequencies,
     draw_start,
     draw_weights,
@@ -150,7 +151,7 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
 
 
 @njit(nogil=True, cache=True)
-def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, q, k, v,
+def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, start, kinds, q, k, v,
                tv, period, delta, eps, out, r, states, proto):
     """Integrate trajectory r and fill its entries of the outputs record out.
 
@@ -158,12 +159,13 @@ def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, 
     where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
     out: `SphereFlowOutcomes` from `outcomes.allocate_outputs`. states: (ntraj, nt, n, d)
     NaN-filled, or (ntraj, 0, n, d) to skip. proto: an array of the working dtype.
+    start: (n, d), the start drawn before when init is GIVEN (else not read).
     """
     amp, omega, phase, random_frequencies = tv
     q_kind, k_kind, v_kind = kinds
-    x = np.empty((n, d))
+    x = start.copy() if init == GIVEN else np.empty((n, d))
     m = np.empty((q.shape[0], d, d))
-    ok = draw_start(rng, init, x)
+    ok = shape_start(init, x) if init == GIVEN else draw_start(rng, init, x)
     draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m)
     if random_frequencies:
         draw_frequencies(rng, omega, phase)
@@ -296,7 +298,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                          integrator="euler", heads=1, qk="identity", value="identity",
                          matrices=None, period=0, time_varying=None, init="uniform_sphere",
                          delta=1e-3, eps=1e-3, rst_scaling=False, return_states=False,
-                         precision="float64", threads=1):
+                         precision="float64", threads=1, x0=None):
     """Integrate one deterministic attention flow per Generator in `rngs`; return `OUTPUTS` arrays.
 
     rngs: sequence of numpy Generators, one per trajectory (ntraj). h = T / layers; checkpoint c is
@@ -307,7 +309,8 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     period: redraw the random matrices every `period` steps (0: fixed per trajectory).
     time_varying: None, a preset name of `ensembles.TIME_VARYING`, or {"amp", "omega", "phase"
     (broadcast to (heads, d)), "absolute"}: P_h(t) = diag(amp cos(omega t + phase)) Q_h^T K_h.
-    init: "uniform_sphere", "hemisphere" (of e_1), "equiangular" (needs d >= n).
+    init: "uniform_sphere", "hemisphere" (of e_1), "equiangular" (needs d >= n); x0: or the
+    (ntraj, n, d) starts on the sphere, drawn before from the Generators (`kernels/starts.py`).
     delta: frac_close threshold; eps: clustering threshold. rst_scaling: divide heads by sqrt(d).
     return_states: also return "states" (ntraj, nt, n, d).
     precision: "float64" or "float32", the arithmetic of the state and the drift (the starts are
@@ -351,7 +354,16 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     out = outcomes.allocate_outputs(ntraj, nt, SphereFlowOutcomes)
     states = np.full((ntraj, nt if return_states else 0, n, d), np.nan)
     times = h * ckpt.astype(np.float64)
-    codes = (INTEGRATOR_CODES[integrator], INIT_CODES[init])
+    codes = (INTEGRATOR_CODES[integrator], INIT_CODES[init] if x0 is None else GIVEN)
+    if x0 is not None:
+        x0 = np.asarray(x0, dtype=np.float64)
+        if x0.shape != (ntraj, n, d):
+            raise ValueError(f"x0 has shape {x0.shape}, expected (ntraj, n, d) = {(ntraj, n, d)}")
+        if not np.all(np.abs(np.linalg.norm(x0, axis=2) - 1.0) <= 1e-12):
+            raise ValueError("x0 has rows off the unit sphere: normalise them (`kernels/starts.py` does)")
+
+    def starts(r0, r1):  # the block's starts: normals drawn here (`draw_start`'s), or given ones
+        return start_normals(rngs, r0, r1, n, d) if x0 is None else x0[r0:r1].copy()
     q_kind, k_kind, v_kind = kinds
     fixed = q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq
     args = (h, layers, ckpt, times)
@@ -362,7 +374,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
         reduce = symmetric.SPAN_REDUCTION and d > n
 
         def work(r0, r1):
-            symmetric.integrate_t(start_normals(rngs, r0, r1, n, d), r0, codes[1], *args, par_t,
+            symmetric.integrate_t(starts(r0, r1), r0, codes[1], *args, par_t,
                                   float(delta), float(eps), out, states, proto, reduce)
     elif fixed:
         # nothing but the start is random: draw the starts' normals here (the same numbers as
@@ -372,13 +384,14 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
         mats = (m, v, amp, omega, phase)
 
         def work(r0, r1):
-            trajectories_from_normals(start_normals(rngs, r0, r1, n, d), r0, codes[1], mats, *args,
+            trajectories_from_normals(starts(r0, r1), r0, codes[1], mats, *args,
                                       par, codes[0], float(delta), float(eps), out, states, proto)
     else:
         def work(r0, r1):
             for r in range(r0, r1):
                 tv = (amp.copy(), omega.copy(), phase.copy(), random_freq)
-                trajectory(rngs[r], n, d, *args, par, codes[0], codes[1], kinds, q.copy(),
+                start = x0[r] if x0 is not None else np.empty((n, d))
+                trajectory(rngs[r], n, d, *args, par, codes[0], codes[1], start, kinds, q.copy(),
                            k.copy(), v.copy(), tv, int(period), float(delta), float(eps), out,
                            r, states, proto)
     run_blocks(ntraj, block_size(ntraj, n, d, threads, fixed), threads, work)

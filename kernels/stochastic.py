@@ -20,7 +20,8 @@ Noise paths (same law, different random numbers):
   is permutation-equivariant in law only; the literal path is equivariant pathwise.
 
 Random stream of one trajectory (one numpy Generator each, consumed by `standard_normal`):
-  1. n*d normals, row-major (n, d): the start, each row normalised;
+  1. n*d normals, row-major (n, d): the start, each row normalised (or a start `x0` drawn before
+     from the same Generator, `kernels/starts.py`);
   2. then, layer by layer in order, the layer's normals: W (r*d) or V_k (d*d).
 Layer draws are fetched `draw_batch` layers at a time into one buffer; the stream is the same
 concatenation whatever the batch size, so outputs are bit-identical for any `draw_batch`.
@@ -390,7 +391,7 @@ def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layer
                                     attention="sa", noise="gaussian", eps=1e-3, draw_batch=None,
                                     stop_when_resolved=False, resolved_window=2, threads=1,
                                     value_law="gaussian", qk="identity", matrices=None,
-                                    scheme="discrete"):
+                                    scheme="discrete", x0=None):
     """Simulate len(rngs) trajectories of the deep stochastic transformer; one Generator each.
 
     Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise,
@@ -399,10 +400,13 @@ def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layer
     run on this many threads (results do not depend on it). value_law: "gaussian", "rademacher" or
     "uniform" entries of V_k (the last two need noise="literal"). qk: Q, K ensemble as the sphere
     flow's ("identity", "ginibre", "goe", "wigner", "wishart"); matrices: explicit {"Q", "K"} (d, d).
-    scheme: "discrete" (the transformer) or "sde" (`stochastic_sde`, its limit SDE).
+    scheme: "discrete" (the transformer) or "sde" (`stochastic_sde`, its limit SDE). x0: optional
+    (ntraj, n, d) starts (`kernels/starts.py`; rows normalised), already drawn from the Generators,
+    which then give Q, K (when drawn) and the layers' noise; None: each Generator draws a uniform
+    start first.
     """
     out, _ = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
-                  draw_batch, None, False, stop_when_resolved, resolved_window, threads,
+                  draw_batch, x0, False, stop_when_resolved, resolved_window, threads,
                   value_law, qk, matrices, scheme)
     return out
 

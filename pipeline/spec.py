@@ -32,11 +32,12 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
+                      model_validator)
 
 MAX_CELLS = 10_000_000
 SPEC_ATTR = "tokensweep_spec"  # the store attribute holding a cube's spec as JSON
@@ -90,11 +91,25 @@ class _Strict(BaseModel):
 
 
 class Grid(_Strict):
-    """Grid axes shared by the models on the sphere: beta, d, n."""
+    """Grid axes shared by the models on the sphere: beta, d, n; and the optional axis rho0, the
+    initial overlap of an `init: overlap` start (`pipeline/starts.py`)."""
 
     beta: tuple[float, ...]
     d: tuple[int, ...]
     n: tuple[int, ...]
+    rho0: Optional[tuple[float, ...]] = None
+
+    @model_serializer(mode="wrap")
+    def _present_axes(self, handler):  # an absent optional axis is not written: specs stay as they were
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    @field_validator("rho0")
+    @classmethod
+    def _overlap(cls, values):
+        bad = [v for v in values if not -1 <= v <= 1]
+        if bad:
+            raise ValueError(f"contains {bad}, but an overlap lies in [-1, 1]: remove them from grid.rho0")
+        return values
 
     @field_validator("*", mode="before")
     @classmethod
@@ -256,6 +271,13 @@ class SweepBase(_Strict):
             raise ValueError(
                 f"grid has {self.n_cells} cells, more than {MAX_CELLS}: split the sweep"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _start_fits_grid(self):
+        from .starts import check_start  # the `init` field every built-in model has
+
+        check_start(self)
         return self
 
     @property

@@ -56,7 +56,13 @@ def test_spec_names_are_the_kernels_names():
     assert fields["qk"].annotation.__args__ == ensembles.QK_ENSEMBLES
     assert fields["value"].annotation.__args__ == ensembles.VALUE_ENSEMBLES
     assert set(fields["integrator"].annotation.__args__) == set(sphere_flow.INTEGRATOR_CODES)
-    assert set(fields["init"].annotation.__args__) == set(ensembles.INIT_CODES)
+    from tokensweep.kernels import starts as kernel_starts
+    from tokensweep.pipeline import starts
+    from tokensweep.pipeline.models.sphere_flow import kernel_start
+
+    own = {kernel_start(starts.Start(kind=kind)) for kind in ("uniform", "hemisphere", "equiangular")}
+    assert own == set(ensembles.INIT_CODES)  # the sphere flow's kernel still draws its old kinds
+    assert set(starts.KINDS) == set(kernel_starts.KINDS) | {"file"}
     assert set(vocabulary.TIME_VARYING_PRESETS) == set(ensembles.TIME_VARYING)
     for name, (heads, d, fixes_qk, fixes_v) in vocabulary.TIME_VARYING_PRESETS.items():
         preset = ensembles.TIME_VARYING[name]
@@ -64,7 +70,8 @@ def test_spec_names_are_the_kernels_names():
                                                  preset["V"] is not None)
     fields = EuclideanFlowSweep.model_fields
     assert set(fields["integrator"].annotation.__args__) == set(euclidean_flow.INTEGRATOR_CODES)
-    assert set(fields["init"].annotation.__args__) == set(euclidean_flow.INIT_KINDS)
+    old = {parse_sweep({**EUCLID, "init": name}).init.kind for name in euclidean_flow.INIT_KINDS}
+    assert old == {"box", "gaussian", "uniform"}  # the old names are still read
     assert {"stochastic_transformer", "hybrid", "sphere_flow", "euclidean_flow"} <= set(registry())
 
 

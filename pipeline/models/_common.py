@@ -1,11 +1,12 @@
 """What several built-in plug-ins share: the kernels' time arguments, the two-token closed form's
-applicability, and the grid coordinates of one cell as kernel arguments."""
+applicability, the grid coordinates of one cell and the starts as kernel arguments."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..spec import SweepBase
+from ..starts import drawn_by_kernel, starts_of
 
 CLOSED_FORM_ATTENTIONS = ("sa", "usa")  # the two-token and equiangular closed forms (Q = K = I)
 
@@ -31,3 +32,9 @@ def two_token_cells(cells: dict, fill: float = np.nan):
     d, n = np.broadcast_arrays(beta, np.asarray(cells["d"]), np.asarray(cells.get("n", 2)))[1:]
     mask = (n == 2) & (d >= 2) & ~np.isnan(beta)
     return beta, d, n, mask
+
+
+def start_argument(sweep: SweepBase, coords: dict, rngs) -> dict:
+    """{} where the kernel draws its uniform start itself, else {"x0": the partition's starts}
+    (`pipeline/starts.py`), drawn first from each trajectory's Generator."""
+    return {} if drawn_by_kernel(sweep.init) else {"x0": starts_of(sweep, coords, rngs)}

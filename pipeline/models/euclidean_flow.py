@@ -9,7 +9,7 @@ hull vertices, the number of psi_1 hyperplanes, the rank and Booleanness of P(T)
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import ClassVar, Literal, Optional, Union
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -20,6 +20,7 @@ from ..matrix_fields import Matrix, as_array, check_fixes_d, square_matrix
 from ..plugin import Model
 from ..report import geometry
 from ..spec import Grid, SweepBase
+from ..starts import Start, legacy_euclidean, starts_of
 from ._common import sphere_cell, time_arguments
 
 
@@ -39,14 +40,18 @@ class EuclideanFlowSweep(SweepBase):
     """Unnormalised attention flow in R^d [GLPR-E]: dx_i/dt = sum_j P_ij V x_j.
 
     V is "identity", "minus_identity" or an explicit d x d list (which fixes grid.d); Q, K are
-    optional explicit matrices (default I). Tokens start in the box U[-box, box]^d by default.
+    optional explicit matrices (default I). Tokens start in the box U[-5, 5]^d by default; `init`
+    is the shared start field (`pipeline/starts.py`), and the old `init: box | gaussian |
+    uniform_sphere` with its scale `box` is read as before (`starts.legacy_euclidean`).
 
     >>> from tokensweep.pipeline.spec import parse_sweep
     >>> s = parse_sweep({"name": "e", "model": "euclidean_flow", "grid": {"beta": 1, "d": 2, "n": 5},
     ...     "time": {"T": 1.0, "layers": 10}, "trajectories": 2, "V": [[1, 0], [0, -0.5]]})
-    >>> s.V, s.init, s.box
-    (((1.0, 0.0), (0.0, -0.5)), 'box', 5.0)
+    >>> s.V, str(s.init)
+    (((1.0, 0.0), (0.0, -0.5)), 'box (half_width: 5.0, normalise: False)')
     """
+
+    on_sphere: ClassVar[bool] = False  # starts in R^d: any radius, box unnormalised, gaussian
 
     model: Literal["euclidean_flow"]
     grid: EuclideanGrid
@@ -54,8 +59,12 @@ class EuclideanFlowSweep(SweepBase):
     Q: Optional[Matrix] = None
     K: Optional[Matrix] = None
     integrator: Literal[vocabulary.EUCLIDEAN_INTEGRATORS] = "euler"
-    init: Literal[vocabulary.EUCLIDEAN_INITS] = "box"
-    box: float = Field(default=5.0, gt=0, allow_inf_nan=False)
+    init: Start = Start(kind="box", half_width=5.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data):
+        return legacy_euclidean(data)
 
     @field_validator("V", "Q", "K", mode="before")
     @classmethod
@@ -142,7 +151,7 @@ class EuclideanFlow(Model):
     spec = EuclideanFlowSweep
     outputs = {**{k: v for k, v in vocabulary.EUCLIDEAN_FLOW_OUTPUTS.items() if k not in FINAL_STATES},
                **REDUCTIONS}
-    report_facts = ("V", "Q", "K", "integrator", "init", "box")
+    report_facts = ("V", "Q", "K", "integrator", "init")
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.euclidean_flow import simulate_euclidean_flow
@@ -152,7 +161,7 @@ class EuclideanFlow(Model):
             rngs, **sphere_cell(coords), V=as_array(sweep.V, d),
             Q=None if sweep.Q is None else as_array(sweep.Q, d),
             K=None if sweep.K is None else as_array(sweep.K, d),
-            integrator=sweep.integrator, init=sweep.init, box=sweep.box, **time_arguments(sweep))
+            integrator=sweep.integrator, x0=starts_of(sweep, coords, rngs), **time_arguments(sweep))
         return reduce_final_states(sweep, coords, out)
 
     def geometry_claims(self, sweep, d) -> str:

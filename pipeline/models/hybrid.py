@@ -18,7 +18,8 @@ from .. import theory
 from ..plugin import Model
 from ..report import antipodal
 from ..spec import Grid, SweepBase
-from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments, two_token_cells
+from ..starts import Start, initial_overlap
+from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells
 
 
 class HybridGrid(Grid):
@@ -45,6 +46,7 @@ class HybridSweep(SweepBase):
     stop_when_resolved: bool = False
     resolved_window: int = Field(default=2, ge=1)
     threads: int = Field(default=1, ge=1)
+    init: Start = Start()  # initial condition (pipeline/starts.py)
 
     def canonical(self) -> dict:
         """As SweepBase's, without `threads`: it changes how a partition runs, not its numbers."""
@@ -64,17 +66,21 @@ class Hybrid(Model):
         return simulate_hybrid(rngs, **sphere_cell(coords), sigma=float(coords["sigma"]),
                                attention=sweep.attention, stop_when_resolved=sweep.stop_when_resolved,
                                resolved_window=sweep.resolved_window, threads=sweep.threads,
-                               **time_arguments(sweep))
+                               **time_arguments(sweep), **start_argument(sweep, coords, rngs))
 
     def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
-        """P(antipodal) of two tokens started uniformly; NaN where none applies."""
+        """P(antipodal) of two tokens started uniformly, or conditional on the initial overlap of an
+        overlap start; NaN where none applies."""
         beta, d, _, mask = two_token_cells(cells)
         sigma = np.broadcast_to(np.asarray(cells.get("sigma", np.nan), float), beta.shape)
+        rho0 = initial_overlap(sweep, cells, beta.shape)
         out = np.full(beta.shape, np.nan)
         if sweep.attention in CLOSED_FORM_ATTENTIONS:
             for idx in zip(*np.nonzero(mask & ~np.isnan(sigma))):
-                out[idx] = theory.hybrid_antipodal_probability(beta[idx], sigma[idx], sweep.attention,
-                                                               int(d[idx]))
+                given = None if rho0 is None else rho0[idx]
+                if given is None or np.isfinite(given):
+                    out[idx] = theory.hybrid_antipodal_probability(
+                        beta[idx], sigma[idx], sweep.attention, int(d[idx]), rho0=given)
         return out
 
     def threshold_curves(self, sweep, beta: np.ndarray) -> list:

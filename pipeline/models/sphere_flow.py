@@ -24,6 +24,7 @@ from ..matrix_fields import Matrix, check_fixes_d, per_head_matrices
 from ..plugin import Model
 from ..report import clustering
 from ..spec import Grid, SweepBase, refuse
+from ..starts import Start, starts_of
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments
 
 MATRIX_KEYS = ("Q", "K", "V")  # the kernel's `matrices` keys
@@ -33,7 +34,9 @@ class SphereFlowSweep(SweepBase):
     """Deterministic attention flow on the sphere [GLPR-P, RST]: dx_i/dt = P_{x_i}(A_i(X)).
 
     Defaults are the kernel's (kernels/sphere_flow.py): SA, retraction Euler, one head,
-    Q = K = V = I, uniform start, frac_close threshold delta = 1e-3.
+    Q = K = V = I, uniform start, frac_close threshold delta = 1e-3. `init`: the shared start field
+    (`pipeline/starts.py`); the old names uniform_sphere, hemisphere (about e1), equiangular are
+    read as before and give the same numbers.
 
     `matrices` fixes Q, K and/or V explicitly (never drawn): each one d x d matrix (every head)
     or a list of `heads` of them, normalised to (heads, d, d); it fixes grid.d, and a matrix it
@@ -46,7 +49,7 @@ class SphereFlowSweep(SweepBase):
     >>> from tokensweep.pipeline.spec import parse_sweep
     >>> s = parse_sweep({"name": "f", "model": "sphere_flow", "grid": {"beta": 1, "d": 8, "n": 4},
     ...     "time": {"T": 3.0, "layers": 30}, "trajectories": 2, "init": "equiangular"})
-    >>> s.attention, s.integrator, s.init, s.delta
+    >>> s.attention, s.integrator, s.init.kind, s.delta
     ('sa', 'euler', 'equiangular', 0.001)
     """
 
@@ -59,7 +62,7 @@ class SphereFlowSweep(SweepBase):
     value: Literal[vocabulary.VALUE_ENSEMBLES] = "identity"
     period: int = Field(default=0, ge=0)
     time_varying: Optional[Literal[tuple(vocabulary.TIME_VARYING_PRESETS)]] = None
-    init: Literal[vocabulary.SPHERE_FLOW_INITS] = "uniform_sphere"
+    init: Start = Start()
     delta: float = Field(default=1e-3, gt=0, lt=1)
     rst_scaling: bool = False
     matrices: Optional[dict[Literal[MATRIX_KEYS], tuple[Matrix, ...]]] = None
@@ -84,13 +87,6 @@ class SphereFlowSweep(SweepBase):
 
     @model_validator(mode="after")
     def _consistent_options(self):
-        if self.init == "equiangular":
-            bad = [(d, n) for d in self.grid.d for n in self.grid.n if d < n]
-            if bad:
-                d, n = bad[0]
-                raise refuse("init", f"'equiangular' needs d >= n orthonormal tokens in every cell, "
-                              f"but the grid pairs d = {d} with n = {n}: raise grid.d, lower grid.n "
-                              "or use init: uniform_sphere")
         random_weights = self.qk != "identity" or self.value in ("ginibre", "goe", "wigner", "wishart")
         if self.period and not random_weights:
             raise refuse("period", f"{self.period} redraws random matrices, but qk = {self.qk!r} and "
@@ -142,14 +138,15 @@ class SphereFlow(Model):
                     if sweep.matrices else None)
         return dict(**sphere_cell(coords), attention=sweep.attention, integrator=sweep.integrator,
                     heads=sweep.heads, qk=sweep.qk, value=sweep.value, period=sweep.period,
-                    time_varying=sweep.time_varying, init=sweep.init, delta=sweep.delta,
+                    time_varying=sweep.time_varying, init=kernel_start(sweep.init) or "uniform_sphere", delta=sweep.delta,
                     rst_scaling=sweep.rst_scaling, matrices=matrices, precision=sweep.precision,
                     threads=sweep.threads, **time_arguments(sweep))
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.sphere_flow import simulate_sphere_flow
 
-        return simulate_sphere_flow(rngs, **self.kernel_arguments(sweep, coords))
+        x0 = None if kernel_start(sweep.init) else starts_of(sweep, coords, rngs)
+        return simulate_sphere_flow(rngs, **self.kernel_arguments(sweep, coords), x0=x0)
 
     @staticmethod
     def closed_form_attention(sweep) -> Optional[str]:
@@ -176,20 +173,34 @@ class SphereFlow(Model):
     def equiangular_overlap(self, sweep, times, cell: dict):
         """gamma at the simulated `times` for an equiangular start; None where n/a."""
         attention = self.closed_form_attention(sweep)
-        if sweep.init != "equiangular" or attention is None:
+        if sweep.init.kind != "equiangular" or attention is None:
             return None
         t_theory = np.asarray(times, float) / self.time_factor(sweep, cell["d"])
         return theory.equiangular_gamma(t_theory, float(cell["beta"]), int(cell["n"]), attention)
 
     def hemisphere_probability(self, sweep, n, d):
-        """P(the start lies in an open hemisphere): Wendel's for uniform starts, else 1."""
-        if sweep.init == "uniform_sphere":
+        """P(the start lies in an open hemisphere): Wendel's for uniform starts, 1 for a half
+        sphere, an orthonormal frame or a pair at overlap rho0 > -1; NaN (none known) otherwise."""
+        shape = np.broadcast(n, d).shape
+        kind = sweep.init.kind
+        if kind == "uniform":
             return theory.wendel_probability(n, d)
-        return np.ones(np.broadcast(n, d).shape)  # a half sphere or an orthonormal frame: always
+        if kind == "overlap" and sweep.grid.rho0 is None:
+            return np.full(shape, float(sweep.init.rho0 > -1))
+        return np.full(shape, 1.0 if kind in ("hemisphere", "equiangular") else np.nan)
 
     def sections(self, sweep):
         return [clustering.merge_section, clustering.cluster_count_section,
                 clustering.hemisphere_section, clustering.equiangular_section]
+
+
+def kernel_start(start: Start):
+    """The kernel's own name of a start it draws itself (the old kinds, same numbers), else None."""
+    if start.kind == "uniform":
+        return "uniform_sphere"
+    if start.kind == "hemisphere" and start.v == "e1":
+        return "hemisphere"
+    return "equiangular" if start.kind == "equiangular" else None
 
 
 @functools.lru_cache(maxsize=64)

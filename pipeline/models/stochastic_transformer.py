@@ -25,7 +25,8 @@ from ..plugin import Model
 from ..report import antipodal
 from ..matrix_fields import Matrix, check_fixes_d, square_matrix
 from ..spec import MAX_LAYERS, Grid, SweepBase, _axis_values, refuse
-from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments, two_token_cells
+from ..starts import Start, initial_overlap
+from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells
 
 VALUE_LAWS = ("gaussian", "rademacher", "uniform")  # = kernels.stochastic.VALUE_LAWS (no numba here)
 SCHEMES = ("discrete", "sde")  # = kernels.stochastic.SCHEMES
@@ -77,6 +78,7 @@ class StochasticTransformerSweep(SweepBase):
     stop_when_resolved: bool = False
     resolved_window: int = Field(default=2, ge=1)
     threads: int = Field(default=1, ge=1)  # a partition's trajectories on this many threads
+    init: Start = Start()  # initial condition (pipeline/starts.py)
 
     @model_validator(mode="before")
     @classmethod
@@ -167,15 +169,20 @@ class StochasticTransformer(Model):
             rngs, **sphere_cell(coords), value_std=sweep.value_std, attention=sweep.attention,
             noise=sweep.noise, stop_when_resolved=sweep.stop_when_resolved,
             resolved_window=sweep.resolved_window, threads=sweep.threads,
-            **generalised_arguments(sweep, coords))
+            **generalised_arguments(sweep, coords), **start_argument(sweep, coords, rngs))
 
     def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
-        """P(antipodal) of two tokens started uniformly (SA and USA alike); NaN where none applies."""
+        """P(antipodal) of two tokens (SA and USA alike) started uniformly, or conditional on the
+        initial overlap rho0 of an overlap start (a grid axis or init.rho0); NaN where none applies."""
         beta, d, _, mask = two_token_cells(cells)
+        rho0 = initial_overlap(sweep, cells, beta.shape)
         out = np.full(beta.shape, np.nan)
         if sweep.attention in CLOSED_FORM_ATTENTIONS and sweep.closed_form_applies:
             for idx in zip(*np.nonzero(mask)):
-                out[idx] = theory.antipodal_probability(beta[idx], int(d[idx]))
+                if rho0 is None:
+                    out[idx] = theory.antipodal_probability(beta[idx], int(d[idx]))
+                elif np.isfinite(rho0[idx]):
+                    out[idx] = theory.antipodal_probability_given_overlap(rho0[idx], beta[idx], int(d[idx]))
         return out
 
     def critical_beta(self, sweep, d) -> float:

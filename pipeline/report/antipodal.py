@@ -149,7 +149,7 @@ def plot_antipodal_vs_beta(table: xr.Dataset, path) -> str:
             if theory is None:
                 continue
             cells = {"beta": dense, "d": np.full(dense.shape, d)}
-            for name in ("n", "sigma"):
+            for name in ("n", "sigma", "rho0"):  # rho0: the conditional closed form
                 value = scalar(cell, name, None)
                 if value is not None:
                     cells[name] = np.full(dense.shape, value)
