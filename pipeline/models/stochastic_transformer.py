@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
 from .. import theory
@@ -45,13 +45,6 @@ class StochasticGrid(Grid):
             raise ValueError(f"contains {bad}, but a layer count is from 1 to {MAX_LAYERS}: remove "
                              "them from grid.layers")
         return values
-
-    @model_serializer(mode="wrap")
-    def _without_absent_axis(self, handler):
-        data = handler(self)  # no `layers: null` in stored specs: absent means no such axis
-        if data.get("layers") is None:
-            data.pop("layers", None)
-        return data
 
 
 class StochasticTransformerSweep(SweepBase):
