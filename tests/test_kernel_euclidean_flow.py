@@ -79,7 +79,8 @@ def kernel_step(z, t0, h, V, Q, K, beta=1.0, integrator="euler"):
     out = allocate_outputs(1, 1, ef.EuclideanFlowOutcomes,
                            shapes={"z_final": (n, d), "P_final": (n, n)})
     out.z_final[0] = z
-    ef.integrate_block(out, t0, V, Q, K, beta, h, np.array([1]), ef.INTEGRATOR_CODES[integrator],
+    heads = [np.ascontiguousarray(m[None]) for m in (V, Q, K)]  # one head: (1, d, d)
+    ef.integrate_block(out, t0, *heads, beta, h, np.array([1]), ef.INTEGRATOR_CODES[integrator],
                        np.zeros(1))
     return out.z_final[0]
 
