@@ -50,7 +50,7 @@ from .euclidean_schemes import (DISCRETE, INTEGRATOR_CODES, RK4, _matmul, advanc
 from .outcomes import allocate_outputs, record_class, union
 
 VALUE_ENSEMBLES = vocabulary.EUCLIDEAN_VALUE_ENSEMBLES
-MAX_CONDITION = 1e8  # of R = I + hV for "discrete": beyond it, R^{-1} loses more than 8 digits
+MAX_CONDITION = vocabulary.EUCLIDEAN_MAX_CONDITION
 INIT_KINDS = vocabulary.EUCLIDEAN_INITS
 
 OUTPUTS = vocabulary.EUCLIDEAN_FLOW_OUTPUTS
