@@ -1,44 +1,42 @@
 """Unnormalised attention dynamics of tokens in R^d [GLPR-E] (docs/models.md section 3).
 
-Tokens x_1..x_n in R^d (no normalisation), value, query and key matrices V, Q, K (d x d), inverse
-temperature beta:
+Tokens x_1..x_n in R^d (no normalisation), H heads of value, query and key matrices V_h, Q_h,
+K_h (d x d), inverse temperature beta:
 
-    dx_i/dt = sum_j P_ij V x_j,   P_ij = exp(L_ij) / sum_l exp(L_il),   L_ij = beta <Q x_i, K x_j>.
+    dx_i/dt = sum_h sum_j P^h_ij V_h x_j,   P^h_ij = exp(L^h_ij) / sum_l exp(L^h_il),
+    L^h_ij = beta <Q_h x_i, K_h x_j>.
 
-Because the rows of P sum to one, the rescaled tokens z_i(t) = e^{-tV} x_i(t) obey
+The state integrated (float64) is the rescaled tokens z, with the growth e^{tV} (V = sum_h V_h)
+or, for the discrete-time transformer, R^k = (I + hV)^k taken out exactly; x = E z is recovered
+where needed. Schemes, h = T / layers (`euclidean_schemes`): "euler" and "rk4" for the continuous
+flow on z = e^{-tV} x, "discrete" for the transformer x^{k+1} = x^k + h sum_h sum_j P^h V_h x^k_j
+([GLPR-E] (3)) on Remark 4's z^k = R^{-k} x^k. For V = I and one head an explicit Euler step
+z_i + h sum_j P_ij (z_j - z_i) is a convex combination for h <= 1, so conv{z} never grows, in
+discrete time as in continuous time (and so is Remark 4's step).
 
-    dz_i/dt = V sum_j P_ij (z_j - z_i),    L_ij = beta <Q e^{tV} z_i, K e^{tV} z_j>,
-
-and this is the system integrated (float64), with x_i = e^{tV} z_i recovered where needed. The form
-sum_j P_ij (z_j - z_i) is kept (not P z - z, whose rounding does not vanish once tokens merge), and
-for V = I an explicit Euler step z_i + h sum_j P_ij (z_j - z_i) = (1 - h) z_i + h sum_j P_ij z_j is
-a convex combination for h <= 1, so conv{z} never grows, in discrete time as in continuous time.
-
-e^{tV} is evaluated at every time the scheme needs (t_k = k h; RK4 also t_k + h/2), once per step
-for the whole block of trajectories, by scaling and squaring: A = tV / 2^s with |A|_1 <= 1/2, the
-Taylor polynomial of degree 18 in Horner form (truncation < 1e-22 relative), then s squarings.
-Logits are computed as <(Q e^{tV}) z_i, (K e^{tV}) z_j> with the row maximum subtracted before the
-exponential, so that logits of size 1e300 neither overflow nor produce NaN.
-
-Schemes, h = T / layers: explicit Euler (the papers' h = 0.1) and classical RK4.
-
-Initial conditions (drawn by the Python wrapper from each trajectory's own Generator, token-major
-C order, one call per trajectory, by `kernels/starts.py`), or given as x0:
+Draws (the Python wrapper, from each trajectory's own Generator, in this order):
+1. the start, token-major C order, one call (by `kernels/starts.py`), unless given as x0 (then
+   drawn before from the same Generator, by the pipeline's `init`):
     "box":            rng.uniform(-box, box, size=(n, d))     (the papers' U[-5, 5]^d, box = 5)
     "gaussian":       box * rng.standard_normal((n, d))       (i.i.d. N(0, box^2) coordinates)
-    "uniform_sphere": g = rng.standard_normal((n, d)), rows scaled to norm box (d = 1: +-box).
+    "uniform_sphere": g = rng.standard_normal((n, d)), rows scaled to norm box (d = 1: +-box);
+2. only when V names a random ensemble ("ginibre", "goe", "wigner", "wishart", as
+   `ensembles.draw_matrix` defines them: entries of variance 1/d), V_1, ..., V_H, one draw each.
+Explicit matrices are shared by every trajectory (one block); drawn ones are integrated one
+trajectory at a time.
 
 Outcomes (`OUTPUTS`, declared in `vocabulary`), ntraj first, `t` second for per-checkpoint ones,
 filled into one record of arrays (`outcomes.allocate_outputs`, z_final doubling as the state):
     n_clusters  components of the graph on tokens with an edge where |z_i - z_j| <= eps * r0,
                 r0 = max_i |z_i(0) - mean_j z_j(0)| the trajectory's initial radius (1 if r0 = 0);
                 z, not x, is the natural frame: for V = I the z_i converge to polytope vertices.
-    spread      max_i |x_i(t)|, x = e^{tV} z (for V = -I it decays like t^{-1/2}: compare
+    spread      max_i |x_i(t)|, x = E z (for V = -I it decays like t^{-1/2}: compare
                 sqrt(t) * spread).
-    nonfinite   the state became non-finite; that trajectory is frozen, its later checkpoints keep
-                the missing values n_clusters 0 and spread NaN, its z_final and P_final are NaN.
+    nonfinite   the state became non-finite (or, for "discrete" with a drawn V, R = I + hV is
+                singular: cond > 1e8); that trajectory is frozen, its later checkpoints keep the
+                missing values n_clusters 0 and spread NaN, its z_final and P_final are NaN.
                 Never raises.
-    z_final     z(T), (ntraj, n, d).   P_final   P(T), (ntraj, n, n): O(n^2) per trajectory.
+    z_final     z(T), (ntraj, n, d).   P_final   P(T) of the first head, (ntraj, n, n).
 """
 
 import numpy as np
@@ -46,152 +44,23 @@ from numba import njit
 
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 from . import vocabulary
+from .ensembles import ENSEMBLE_CODES, draw_matrix
+from .euclidean_schemes import (DISCRETE, INTEGRATOR_CODES, RK4, _matmul, advance,  # noqa: F401
+                                allocate_frame, allocate_work, attention_matrix, continuous_frame, copy_frame,
+                                discrete_frame, expm)
 from .outcomes import allocate_outputs, record_class, union
 
-EULER = 0
-RK4 = 1
-INTEGRATOR_CODES = dict(zip(vocabulary.EUCLIDEAN_INTEGRATORS, (EULER, RK4)))
+VALUE_ENSEMBLES = vocabulary.EUCLIDEAN_VALUE_ENSEMBLES
+MAX_CONDITION = vocabulary.EUCLIDEAN_MAX_CONDITION
 INIT_KINDS = vocabulary.EUCLIDEAN_INITS
 
 OUTPUTS = vocabulary.EUCLIDEAN_FLOW_OUTPUTS
 EXTRA_DIMS = vocabulary.EUCLIDEAN_EXTRA_DIMS  # trailing dimensions of z_final, P_final
 EuclideanFlowOutcomes = record_class("EuclideanFlowOutcomes", OUTPUTS, __name__)
 
-_TAYLOR_DEGREE = 18
-
 
 # ---------------------------------------------------------------------------------------------
 # numba kernels
-
-
-@njit(nogil=True, cache=True)
-def _matmul(a, b, out):
-    """out = a @ b for square (d, d) arrays; out must not alias a or b."""
-    d = a.shape[0]
-    for i in range(d):
-        for j in range(d):
-            acc = 0.0
-            for k in range(d):
-                acc += a[i, k] * b[k, j]
-            out[i, j] = acc
-
-
-@njit(nogil=True, cache=True)
-def expm(a, out):
-    """Matrix exponential by scaling and squaring with a degree-18 Taylor polynomial.
-
-    a: (d, d) float64 (not modified). out: (d, d) output, e^a.
-    """
-    d = a.shape[0]
-    norm1 = 0.0
-    for j in range(d):
-        col = 0.0
-        for i in range(d):
-            col += abs(a[i, j])
-        norm1 = max(norm1, col)
-    s = 0
-    if norm1 > 0.5:
-        s = int(np.ceil(np.log2(norm1 / 0.5)))
-    scaled = a / 2.0**s
-    work = np.empty((d, d))
-    # Horner: P = I + A/m (I + A/(m-1) (... (I + A/1 ...)))
-    for i in range(d):
-        for j in range(d):
-            out[i, j] = 1.0 if i == j else 0.0
-    for k in range(_TAYLOR_DEGREE, 0, -1):
-        _matmul(scaled, out, work)
-        for i in range(d):
-            for j in range(d):
-                out[i, j] = work[i, j] / k + (1.0 if i == j else 0.0)
-    for _ in range(s):
-        _matmul(out, out, work)
-        out[:, :] = work
-
-
-@njit(nogil=True, cache=True)
-def propagators(t, v, q, k, e_out, qe_out, ke_out):
-    """e^{tV}, Q e^{tV} and K e^{tV}. v, q, k and outputs: (d, d)."""
-    expm(t * v, e_out)
-    _matmul(q, e_out, qe_out)
-    _matmul(k, e_out, ke_out)
-
-
-@njit(nogil=True, cache=True)
-def _project(z, qe, ke, qz, kz):
-    """qz_i = QE z_i, kz_i = KE z_i for the rows of z (n, d)."""
-    n, d = z.shape
-    for i in range(n):
-        for a in range(d):
-            acc_q = 0.0
-            acc_k = 0.0
-            for b in range(d):
-                acc_q += qe[a, b] * z[i, b]
-                acc_k += ke[a, b] * z[i, b]
-            qz[i, a] = acc_q
-            kz[i, a] = acc_k
-
-
-@njit(nogil=True, cache=True)
-def attention_matrix(z, qe, ke, beta, qz, kz, p):
-    """Row-softmax P of L_ij = beta <QE z_i, KE z_j>, row max subtracted.
-
-    z: (n, d). qe, ke: (d, d) = Q e^{tV}, K e^{tV}. qz, kz: (n, d) work arrays.
-    p: (n, n) output.
-    """
-    n, d = z.shape
-    _project(z, qe, ke, qz, kz)
-    for i in range(n):
-        m = -np.inf
-        for j in range(n):
-            acc = 0.0
-            for a in range(d):
-                acc += qz[i, a] * kz[j, a]
-            p[i, j] = beta * acc
-            if p[i, j] > m:
-                m = p[i, j]
-        total = 0.0
-        for j in range(n):
-            w = np.exp(p[i, j] - m)
-            p[i, j] = w
-            total += w
-        for j in range(n):
-            p[i, j] /= total
-
-
-@njit(nogil=True, cache=True)
-def velocity(z, qe, ke, v, beta, qz, kz, row, mix, out):
-    """Right-hand side dz_i/dt = V sum_j P_ij (z_j - z_i) at the time of qe, ke.
-
-    z: (n, d). qe, ke, v: (d, d). qz, kz, mix: (n, d) work; row: (n,) work.
-    out: (n, d) output. Same arithmetic as `attention_matrix`, without storing P.
-    """
-    n, d = z.shape
-    _project(z, qe, ke, qz, kz)
-    for i in range(n):
-        m = -np.inf
-        for j in range(n):
-            acc = 0.0
-            for a in range(d):
-                acc += qz[i, a] * kz[j, a]
-            row[j] = beta * acc
-            if row[j] > m:
-                m = row[j]
-        for a in range(d):
-            mix[i, a] = 0.0
-        total = 0.0
-        for j in range(n):
-            w = np.exp(row[j] - m)
-            total += w
-            for a in range(d):
-                mix[i, a] += w * (z[j, a] - z[i, a])
-        for a in range(d):
-            mix[i, a] /= total
-    for i in range(n):
-        for a in range(d):
-            acc = 0.0
-            for b in range(d):
-                acc += v[a, b] * mix[i, b]
-            out[i, a] = acc
 
 
 @njit(nogil=True, cache=True)
@@ -257,92 +126,85 @@ def record(z, e, thr, out, r, c):
 
 
 @njit(nogil=True, cache=True)
+def _power_step(m, power, work):
+    """power <- m @ power."""
+    _matmul(m, power, work)
+    power[:, :] = work
+
+
+@njit(nogil=True, cache=True)
 def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
-    """Integrate a block of trajectories of the z system in place, from time t0.
+    """Integrate a block of trajectories sharing V, Q, K, in place, from time t0.
 
     out: `EuclideanFlowOutcomes` from `allocate_outputs`. Its z_final (ntraj, n, d) is the state:
     at t0 on entry, at t0 + h * checkpoints[-1] on exit (NaN where nonfinite). t0, beta, h: float.
-    v, q, k: (d, d). checkpoints: (nt,) int64 sorted step counts (0 = the entry state), last =
-    number of steps. scheme: EULER or RK4. thr: (ntraj,) absolute cluster thresholds (the wrapper
-    passes eps * initial_radius). Fills n_clusters, spread, nonfinite (read too: allocated False)
-    and P_final.
-    Steps run outer and trajectories inner, so e^{tV} is computed once per time for the block.
+    v, q, k: (H, d, d). checkpoints: (nt,) int64 sorted step counts (0 = the entry state), last =
+    number of steps. scheme: EULER, RK4 or DISCRETE (then R = I + hV must be invertible and t0 a
+    multiple of h). thr: (ntraj,) absolute cluster thresholds (the wrapper passes eps *
+    initial_radius). Fills n_clusters, spread, nonfinite (read too: a trajectory flagged on entry
+    is skipped) and P_final (first head).
+    Steps run outer and trajectories inner, so each frame is computed once per time for the block.
     """
     z, nonfinite, p_final = out.z_final, out.nonfinite, out.P_final
     ntraj, n, d = z.shape
     layers = checkpoints[-1]
     nt = checkpoints.shape[0]
-    e0 = np.empty((d, d))
-    qe0 = np.empty((d, d))
-    ke0 = np.empty((d, d))
-    e_mid = np.empty((d, d))
-    qe_mid = np.empty((d, d))
-    ke_mid = np.empty((d, d))
-    e1 = np.empty((d, d))
-    qe1 = np.empty((d, d))
-    ke1 = np.empty((d, d))
-    qz = np.empty((n, d))
-    kz = np.empty((n, d))
-    mix = np.empty((n, d))
-    row = np.empty(n)
-    k1 = np.empty((n, d))
-    k2 = np.empty((n, d))
-    k3 = np.empty((n, d))
-    k4 = np.empty((n, d))
-    stage = np.empty((n, d))
+    heads = v.shape[0]
+    v_sum = v[0].copy()
+    for hh in range(1, heads):
+        v_sum += v[hh]
+    f0 = allocate_frame(heads, d)
+    f_mid = allocate_frame(heads, d)
+    f1 = allocate_frame(heads, d)
+    work = allocate_work(n, d)
+    qz, kz = work[0], work[1]
+    # DISCRETE: R^k and R^{-k}, one product per step
+    r_mat = np.eye(d) + h * v_sum
+    rinv = np.linalg.inv(r_mat) if scheme == DISCRETE else np.eye(d)
+    power = np.eye(d)
+    inv_power = np.eye(d)
+    tmp = np.empty((d, d))
 
-    propagators(t0, v, q, k, e0, qe0, ke0)
+    if scheme == DISCRETE:
+        for _ in range(int(round(t0 / h))):
+            _power_step(r_mat, power, tmp)
+            _power_step(rinv, inv_power, tmp)
+        discrete_frame(power, inv_power, rinv, v, q, k, f0)
+    else:
+        continuous_frame(t0, v_sum, v, q, k, f0)
     c = 0
     if checkpoints[0] == 0:
         for r in range(ntraj):
-            record(z[r], e0, thr[r], out, r, 0)
+            if not nonfinite[r]:
+                record(z[r], f0[0], thr[r], out, r, 0)
         c = 1
     for step in range(layers):
-        propagators(t0 + (step + 1) * h, v, q, k, e1, qe1, ke1)
-        if scheme == RK4:
-            propagators(t0 + (step + 0.5) * h, v, q, k, e_mid, qe_mid, ke_mid)
+        if scheme == DISCRETE:
+            _power_step(r_mat, power, tmp)
+            _power_step(rinv, inv_power, tmp)
+            discrete_frame(power, inv_power, rinv, v, q, k, f1)
+        else:
+            continuous_frame(t0 + (step + 1) * h, v_sum, v, q, k, f1)
+            if scheme == RK4:
+                continuous_frame(t0 + (step + 0.5) * h, v_sum, v, q, k, f_mid)
         for r in range(ntraj):
             if nonfinite[r]:
                 continue
-            zr = z[r]
-            velocity(zr, qe0, ke0, v, beta, qz, kz, row, mix, k1)
-            if scheme == EULER:
-                for i in range(n):
-                    for a in range(d):
-                        zr[i, a] += h * k1[i, a]
-            else:
-                for i in range(n):
-                    for a in range(d):
-                        stage[i, a] = zr[i, a] + 0.5 * h * k1[i, a]
-                velocity(stage, qe_mid, ke_mid, v, beta, qz, kz, row, mix, k2)
-                for i in range(n):
-                    for a in range(d):
-                        stage[i, a] = zr[i, a] + 0.5 * h * k2[i, a]
-                velocity(stage, qe_mid, ke_mid, v, beta, qz, kz, row, mix, k3)
-                for i in range(n):
-                    for a in range(d):
-                        stage[i, a] = zr[i, a] + h * k3[i, a]
-                velocity(stage, qe1, ke1, v, beta, qz, kz, row, mix, k4)
-                for i in range(n):
-                    for a in range(d):
-                        zr[i, a] += h / 6.0 * (k1[i, a] + 2.0 * k2[i, a] + 2.0 * k3[i, a]
-                                               + k4[i, a])
-            if not _all_finite(zr):  # checkpoints c.. keep their missing values
+            advance(z[r], scheme, h, beta, f0, f_mid, f1, work)
+            if not _all_finite(z[r]):  # checkpoints c.. keep their missing values
                 nonfinite[r] = True
-                zr[:, :] = np.nan
+                z[r] = np.nan
         if checkpoints[c] == step + 1:
             for r in range(ntraj):
                 if not nonfinite[r]:
-                    record(z[r], e1, thr[r], out, r, c)
+                    record(z[r], f1[0], thr[r], out, r, c)
             c += 1
-        e0[:, :] = e1
-        qe0[:, :] = qe1
-        ke0[:, :] = ke1
+        copy_frame(f1, f0)
     # P(T) from z(T); a non-finite P (e.g. e^{TV} overflowed) also marks the trajectory
     for r in range(ntraj):
         if nonfinite[r]:
             continue  # P_final keeps its missing NaN
-        attention_matrix(z[r], qe0, ke0, beta, qz, kz, p_final[r])
+        attention_matrix(z[r], f0[1][0], f0[2][0], beta, qz, kz, p_final[r])
         if not _all_finite(p_final[r]):
             nonfinite[r] = True
             p_final[r] = np.nan
@@ -379,17 +241,38 @@ def _square(name, m, d):
     return m
 
 
+def _per_head(name, m, d, heads):
+    """A (d, d) matrix (every head) or (heads, d, d) ones -> a C-contiguous (heads, d, d) array."""
+    arr = np.asarray(m, dtype=np.float64)
+    if arr.ndim == 3:
+        if arr.shape[0] != heads:
+            raise ValueError(f"{name} holds {arr.shape[0]} matrices, but heads = {heads}: pass one "
+                             f"({d}, {d}) matrix for every head or {heads} of them")
+        return np.ascontiguousarray([_square(f"{name}[{h}]", arr[h], d) for h in range(heads)])
+    return np.ascontiguousarray(np.broadcast_to(_square(name, arr, d), (heads, d, d)))
+
+
+def invertible_step(v_sum, h):
+    """Whether R = I + h V is invertible well enough for Remark 4's frame (cond < MAX_CONDITION)."""
+    r = np.eye(len(v_sum)) + h * np.asarray(v_sum, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        return bool(np.linalg.cond(r) < MAX_CONDITION)
+
+
 def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layers, V, Q=None,
-                            K=None, integrator="euler", init="box", box=5.0, eps=1e-3, x0=None):
+                            K=None, heads=1, integrator="euler", init="box", box=5.0, eps=1e-3,
+                            keep_values=False, x0=None):
     """Integrate the unnormalised attention flow for one grid cell and a block of trajectories.
 
-    rngs: sequence of numpy Generators, one per trajectory (each draws its own start).
+    rngs: sequence of numpy Generators, one per trajectory (each draws its own start, and V).
     n, d: tokens and dimension (d = 1 allowed). beta: inverse temperature. T: final time.
     layers: number of steps, h = T / layers. checkpoint_layers: sorted unique int step counts
-    (0 allowed), last == layers. V, Q, K: (d, d) (Q = K = I by default; scalars for d = 1).
-    integrator: "euler" | "rk4". init: "box" | "gaussian" | "uniform_sphere"; box: its scale.
-    x0: or the (ntraj, n, d) starts, drawn before (`kernels/starts.py`); then init, box are not read.
-    eps: relative cluster threshold (see module docstring).
+    (0 allowed), last == layers. heads: H. V: a (d, d) matrix (every head), (H, d, d) ones, or
+    the name of a random ensemble drawn per trajectory and head (`VALUE_ENSEMBLES`). Q, K: the
+    same shapes, default I (scalars for d = 1). integrator: "euler" | "rk4" | "discrete".
+    init: "box" | "gaussian" | "uniform_sphere"; box: its scale. eps: relative cluster threshold
+    (see module docstring). x0: or the (ntraj, n, d) starts, drawn before
+    (`kernels/starts.py`); then init, box are not read. keep_values: also return "V", each trajectory's (H, d, d) values.
 
     Returns {name: array} per `OUTPUTS`: n_clusters (ntraj, nt) int16, spread (ntraj, nt),
     nonfinite (ntraj,), z_final (ntraj, n, d), P_final (ntraj, n, n).
@@ -406,6 +289,9 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
     if int(d) != d or d < 1:
         raise ValueError(f"d = {d!r}, but d must be an integer >= 1 (d = 1 is allowed)")
     n, d = int(n), int(d)
+    if int(heads) != heads or heads < 1:
+        raise ValueError(f"heads = {heads!r}, but heads must be an integer >= 1")
+    heads = int(heads)
     if not (np.isfinite(T) and T > 0):
         raise ValueError(f"T = {T!r}, but T must be finite and > 0")
     if int(layers) != layers or layers < 1:
@@ -427,9 +313,17 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
         raise ValueError(f"checkpoint_layers = {given.tolist()}, but "
                          f"they must be sorted unique integers in [0, layers] ending at "
                          f"layers = {layers}")
-    V = _square("V", V, d)
-    Q = np.eye(d) if Q is None else _square("Q", Q, d)
-    K = np.eye(d) if K is None else _square("K", K, d)
+    drawn = V if isinstance(V, str) else None  # the ensemble's name
+    if drawn and V not in VALUE_ENSEMBLES:
+        raise ValueError(f"V = {V!r}: give a matrix or one of the ensembles {list(VALUE_ENSEMBLES)}")
+    V = None if drawn else _per_head("V", V, d, heads)
+    Q = _per_head("Q", np.eye(d) if Q is None else Q, d, heads)
+    K = _per_head("K", np.eye(d) if K is None else K, d, heads)
+    scheme = INTEGRATOR_CODES[integrator]
+    h = float(T) / int(layers)
+    if scheme == DISCRETE and not drawn and not invertible_step(V.sum(axis=0), h):
+        raise ValueError(f"integrator = 'discrete' needs R = I + hV invertible, but it is singular "
+                         f"for h = {h:g}: raise layers (smaller h)")
 
     rngs = list(rngs)
     ntraj = len(rngs)
@@ -441,10 +335,25 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
         if x0.shape != (ntraj, n, d) or not np.all(np.isfinite(x0)):
             raise ValueError(f"x0 has shape {x0.shape}, but (ntraj, n, d) = {(ntraj, n, d)} finite "
                              "starts are needed")
-        z[:] = x0
-    for r, rng in enumerate(rngs if x0 is None else ()):
+    values = np.empty((ntraj, heads, d, d)) if drawn else np.broadcast_to(V, (ntraj, heads, d, d))
+    for r, rng in enumerate(rngs):
+        z[r] = draw_start(rng, init, n, d, float(box)) if x0 is None else x0[r]
         z[r] = draw_start(rng, init, n, d, float(box))
+        if drawn:
+            for hh in range(heads):
+                draw_matrix(rng, ENSEMBLE_CODES[drawn], values[r, hh])
     thr = np.array([eps * initial_radius(z[r]) for r in range(ntraj)])
-    integrate_block(out, 0.0, V, Q, K, float(beta), float(T) / int(layers), ckpt,
-                    INTEGRATOR_CODES[integrator], thr)
-    return out._asdict()
+    # one block for shared matrices, one trajectory at a time for drawn ones
+    blocks = [slice(r, r + 1) for r in range(ntraj)] if drawn else [slice(0, ntraj)]
+    for block in blocks:
+        v = np.ascontiguousarray(values[block.start])
+        if scheme == DISCRETE and not invertible_step(v.sum(axis=0), h):
+            out.nonfinite[block] = True  # R singular for this draw: no z frame (module docstring)
+            z[block] = np.nan
+            continue
+        part = out if block == slice(0, ntraj) else EuclideanFlowOutcomes(*(a[block] for a in out))
+        integrate_block(part, 0.0, v, Q, K, float(beta), h, ckpt, scheme, thr[block])
+    result = out._asdict()
+    if keep_values:
+        result["V"] = np.array(values)
+    return result

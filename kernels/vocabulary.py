@@ -134,7 +134,10 @@ FLOW_PRECISIONS = ("float64", "float32")  # arithmetic of the deterministic flow
 QK_ENSEMBLES = ("identity", "ginibre", "goe", "wigner", "wishart")
 VALUE_ENSEMBLES = ("identity", "minus_identity", "ginibre", "goe", "wigner", "wishart", "qk")
 
-EUCLIDEAN_INTEGRATORS = ("euler", "rk4")
+# "discrete": the discrete-time transformer [GLPR-E] (3) on Remark 4's rescaled tokens
+EUCLIDEAN_INTEGRATORS = ("euler", "rk4", "discrete")
+EUCLIDEAN_VALUE_ENSEMBLES = ("ginibre", "goe", "wigner", "wishart")  # V drawn per trajectory
+EUCLIDEAN_MAX_CONDITION = 1e8  # of R = I + hV for "discrete": beyond it R^{-1} loses > 8 digits
 EUCLIDEAN_INITS = ("box", "gaussian", "uniform_sphere")
 
 # [RST]'s time-varying examples (docs/models.md section 6; their meaning: `ensembles`). P: the fixed

@@ -99,7 +99,7 @@ BAD = [  # (base, changes, text the error must contain: the field, then why)
     (EUCLID, {"V": [[1, 0], [0]]}, "V: is not a square matrix"),
     (EUCLID, {"V": "eye"}, "V: 'eye' is not a known matrix: use one of identity, minus_identity"),
     (EUCLID, {"Q": [[1, 0, 0], [0, 1, 0], [0, 0, 1]]}, "Q: an explicit 3 x 3 matrix fixes d = 3"),
-    (EUCLID, {"integrator": "heun"}, "integrator: Input should be 'euler' or 'rk4'"),
+    (EUCLID, {"integrator": "heun"}, "integrator: Input should be 'euler', 'rk4' or 'discrete'"),
     (EUCLID, {"box": 0}, "box: Input should be greater than 0"),
     (EUCLID, {"grid": {"beta": 1.0, "d": 0, "n": 5}}, "grid.d: contains [0], but R^d needs d >= 1"),
     (EUCLID, {"attention": "sa"}, "attention: unknown key 'attention'"),

@@ -13,6 +13,8 @@ Post-processing of `z_final` (n, d) and `P_final` (n, n) from `tokensweep.kernel
 - lambda_1(V) > 0 simple: psi_1 is the left eigenvector of V (eigenvector of V^T) for the
   eigenvalue of largest modulus (real, positive, simple, <Q phi_1, K phi_1> > 0), unit norm, first non-zero entry positive; the coordinates
   psi_1^T z_i converge to at most 3 values (typically 2).
+- Rates: the spread exponent log(spread(T) / spread(t_m)) / log(T / t_m), t_m the checkpoint
+  nearest T/2 (t_m > 0): -1/2 for V = -I ([GLPR-E] Thm C.5, docs/models.md section 3).
 - d = 1: P(t) converges to a Boolean matrix of rank <= 3. Booleanness defect
       min over Boolean B of sum_ij |P_ij - B_ij| = sum_ij min(P_ij, 1 - P_ij);
   numerical rank = number of singular values > rtol * largest.
@@ -178,5 +180,18 @@ def geometry_table(ds: xr.Dataset) -> xr.Dataset:
         "spread_mean": ds["spread"].isel(t=-1).where(keep).mean("traj"),
     }).compute()
     table["sqrtT_spread"] = np.sqrt(t_end) * table.spread_mean
+    table["spread_exponent"] = spread_exponent(ds).where(keep).mean("traj").compute()
     table.attrs = {"T": t_end}
     return table
+
+
+def spread_exponent(ds: xr.Dataset) -> xr.DataArray:
+    """Per trajectory, log(spread(T) / spread(t_m)) / log(T / t_m), t_m the checkpoint nearest
+    T/2 among those with 0 < t_m < T; NaN when there is none."""
+    t = ds["t"].values
+    inner = np.flatnonzero((t > 0) & (t < t[-1]))
+    if inner.size == 0:
+        return xr.full_like(ds["spread"].isel(t=-1), np.nan)
+    m = inner[np.argmin(np.abs(t[inner] - t[-1] / 2))]
+    ratio = ds["spread"].isel(t=-1) / ds["spread"].isel(t=m)
+    return np.log(ratio) / np.log(t[-1] / t[m])

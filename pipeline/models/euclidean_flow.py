@@ -1,7 +1,9 @@
 """Plug-in: the unnormalised attention flow in R^d [GLPR-E] (docs/models.md section 3).
 
-dx_i/dt = sum_j P_ij V x_j. The kernel returns the final rescaled tokens z(T) (n, d) and the
-attention matrix P(T) (n, n) per trajectory; every stored output has dims (grid..., [t,] traj)
+dx_i/dt = sum_h sum_j P^h_ij V_h x_j (one head by default), integrated by RK4 (the default, so
+that rates are right), Euler, or as the discrete-time transformer of [GLPR-E] (3) / Remark 4. The
+kernel returns the final rescaled tokens z(T) (n, d) and the attention matrix P(T) (n, n) per
+trajectory; every stored output has dims (grid..., [t,] traj)
 only, since n and d vary over the grid, so `simulate` reduces them here, with
 `analysis.geometry`, to per-trajectory scalars (`REDUCTIONS`): whether the cluster centres are
 hull vertices, the number of psi_1 hyperplanes, the rank and Booleanness of P(T).
@@ -16,12 +18,15 @@ from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
 from ...kernels.vocabulary import OutputSpec
-from ..matrix_fields import Matrix, as_array, check_fixes_d, square_matrix
+from ..matrix_fields import Matrix, as_array, check_fixes_d, per_head_matrices, square_matrix
 from ..plugin import Model
 from ..report import geometry
-from ..spec import Grid, SweepBase
+from ..spec import Grid, SweepBase, refuse
 from ..starts import Start, legacy_euclidean, starts_of
 from ._common import sphere_cell, time_arguments
+
+NAMED_V = ("identity", "minus_identity") + vocabulary.EUCLIDEAN_VALUE_ENSEMBLES
+HeadMatrices = Union[Matrix, tuple[Matrix, ...]]  # one d x d matrix (every head) or one per head
 
 
 class EuclideanGrid(Grid):
@@ -37,28 +42,34 @@ class EuclideanGrid(Grid):
 
 
 class EuclideanFlowSweep(SweepBase):
-    """Unnormalised attention flow in R^d [GLPR-E]: dx_i/dt = sum_j P_ij V x_j.
+    """Unnormalised attention flow in R^d [GLPR-E]: dx_i/dt = sum_h sum_j P^h_ij V_h x_j.
 
-    V is "identity", "minus_identity" or an explicit d x d list (which fixes grid.d); Q, K are
-    optional explicit matrices (default I). Tokens start in the box U[-5, 5]^d by default; `init`
-    is the shared start field (`pipeline/starts.py`), and the old `init: box | gaussian |
-    uniform_sphere` with its scale `box` is read as before (`starts.legacy_euclidean`).
+    V is "identity", "minus_identity", an ensemble drawn per trajectory and head ("ginibre",
+    "goe", "wigner", "wishart"), or explicit: one d x d list (every head) or `heads` of them,
+    which fixes grid.d; Q, K are optional explicit matrices of the same shapes (default I).
+    integrator: "rk4" (default; fourth order, so decay and growth rates are right), "euler" (the
+    papers' first-order scheme on z = e^{-tV} x, stores written before the default changed say
+    so) or "discrete" (the transformer [GLPR-E] (3) itself, step h; needs I + hV invertible).
+    Tokens start in the box U[-5, 5]^d by default; `init` is the shared start field
+    (`pipeline/starts.py`), and the old `init: box | gaussian | uniform_sphere` with its scale `box`
+    is read as before (`starts.legacy_euclidean`).
 
     >>> from tokensweep.pipeline.spec import parse_sweep
     >>> s = parse_sweep({"name": "e", "model": "euclidean_flow", "grid": {"beta": 1, "d": 2, "n": 5},
     ...     "time": {"T": 1.0, "layers": 10}, "trajectories": 2, "V": [[1, 0], [0, -0.5]]})
-    >>> s.V, str(s.init)
-    (((1.0, 0.0), (0.0, -0.5)), 'box (half_width: 5.0, normalise: False)')
+    >>> s.V, str(s.init), s.integrator, s.heads
+    (((1.0, 0.0), (0.0, -0.5)), 'box (half_width: 5.0, normalise: False)', 'rk4', 1)
     """
 
     on_sphere: ClassVar[bool] = False  # starts in R^d: any radius, box unnormalised, gaussian
 
     model: Literal["euclidean_flow"]
     grid: EuclideanGrid
-    V: Union[Literal["identity", "minus_identity"], Matrix] = "identity"
-    Q: Optional[Matrix] = None
-    K: Optional[Matrix] = None
-    integrator: Literal[vocabulary.EUCLIDEAN_INTEGRATORS] = "euler"
+    heads: int = Field(default=1, ge=1)
+    V: Union[Literal[NAMED_V], HeadMatrices] = "identity"
+    Q: Optional[HeadMatrices] = None
+    K: Optional[HeadMatrices] = None
+    integrator: Literal[vocabulary.EUCLIDEAN_INTEGRATORS] = "rk4"
     init: Start = Start(kind="box", half_width=5.0)
 
     @model_validator(mode="before")
@@ -69,17 +80,60 @@ class EuclideanFlowSweep(SweepBase):
     @field_validator("V", "Q", "K", mode="before")
     @classmethod
     def _square(cls, value, info):
-        names = ("identity", "minus_identity") if info.field_name == "V" else ()
-        return None if value is None else square_matrix(value, info.field_name, names)
+        if value is None:
+            return None
+        if _is_per_head(value):
+            try:
+                return per_head_matrices(value, info.field_name, info.data.get("heads"))
+            except ValueError as err:  # it names the field already: the error line adds it
+                raise ValueError(str(err).removeprefix(f"{info.field_name}: ")) from None
+        return square_matrix(value, info.field_name, NAMED_V if info.field_name == "V" else ())
 
     @model_validator(mode="after")
     def _matrices_fix_d(self):
         for name in ("V", "Q", "K"):
             m = getattr(self, name)
             if m is not None and not isinstance(m, str):
-                check_fixes_d(name, len(m), self.grid.d,
+                check_fixes_d(name, len(m[0]) if _is_per_head(m) else len(m), self.grid.d,
                               " or use V: identity / minus_identity" if name == "V" else "")
+        if self.integrator == "discrete" and self.V not in vocabulary.EUCLIDEAN_VALUE_ENSEMBLES:
+            check_discrete_step(self)
         return self
+
+
+def _is_per_head(value) -> bool:
+    """A list of matrices (depth 3), not one matrix."""
+    return (isinstance(value, (list, tuple)) and len(value) > 0 and isinstance(value[0], (list, tuple))
+            and len(value[0]) > 0 and isinstance(value[0][0], (list, tuple)))
+
+
+def head_arrays(matrix, d: int, heads: int) -> np.ndarray:
+    """A spec's V, Q or K (None: I) as (heads, d, d) float64; not for a drawn V."""
+    m = np.eye(d) if matrix is None else as_array(matrix, d)
+    return np.ascontiguousarray(np.broadcast_to(m, (heads, d, d)))
+
+
+def check_discrete_step(sweep) -> None:
+    """The discrete transformer's rescaling needs R = I + h sum_h V_h invertible (Remark 4), in
+    every cell (explicit matrices fix d; the named ones are checked in each d of the grid)."""
+    h = sweep.time.h
+    for d in sweep.grid.d:
+        r = np.eye(d) + h * head_arrays(sweep.V, d, sweep.heads).sum(axis=0)
+        with np.errstate(all="ignore"):
+            cond = np.linalg.cond(r)
+        if not cond < vocabulary.EUCLIDEAN_MAX_CONDITION:
+            raise refuse("integrator", f"'discrete' rescales by R = I + hV ([GLPR-E] Remark 4), "
+                         f"which is singular for h = {h:g} (condition number {cond:.3g}, d = {d}): "
+                         "raise time.layers or use integrator: rk4")
+
+
+def matrix_arguments(sweep, d: int) -> dict:
+    """V, Q, K, heads as `simulate_euclidean_flow` takes them; a drawn V is named, and its draws
+    come back (keep_values) for the per-trajectory reductions."""
+    drawn = sweep.V in vocabulary.EUCLIDEAN_VALUE_ENSEMBLES
+    return dict(V=sweep.V if drawn else head_arrays(sweep.V, d, sweep.heads),
+                Q=head_arrays(sweep.Q, d, sweep.heads), K=head_arrays(sweep.K, d, sweep.heads),
+                heads=sweep.heads, keep_values=drawn)
 
 
 # stored per trajectory in place of z_final / P_final; the -1 / NaN / False of a trajectory that
@@ -128,17 +182,19 @@ def reduce_final_states(sweep, coords: dict, out: dict) -> dict:
     z, P, bad = out.pop("z_final"), out.pop("P_final"), out["nonfinite"]
     ntraj = z.shape[0]
     d = int(coords["d"])
-    V = as_array(sweep.V, d)
-    Q, K = (np.eye(d) if m is None else as_array(m, d) for m in (sweep.Q, sweep.K))
-    psi1_defined = good_triple(V, Q, K)
+    drawn = out.pop("V", None)  # (ntraj, heads, d, d) when V is drawn per trajectory
+    Vs = drawn if drawn is not None else [head_arrays(sweep.V, d, sweep.heads)] * ntraj
+    Q, K = (head_arrays(m, d, sweep.heads)[0] for m in (sweep.Q, sweep.K))
+    # [GLPR-E] Thm 4.1 is about one head; several heads are an open problem (its section 6)
+    psi1_defined = [sweep.heads == 1 and good_triple(v[0], Q, K) for v in Vs]
     hull = np.zeros(ntraj, bool)
     n_psi1 = np.full(ntraj, -1, np.int16)
     rank = np.zeros(ntraj, np.int16)
     boolean = np.full(ntraj, np.nan)
     for r in np.flatnonzero(~bad):
         hull[r] = geo.centres_are_hull_vertices(z[r], sweep.eps)
-        if psi1_defined:
-            n_psi1[r] = len(geo.psi1_values(z[r], V, sweep.eps))
+        if psi1_defined[r]:
+            n_psi1[r] = len(geo.psi1_values(z[r], Vs[r][0], sweep.eps))
         rank[r], boolean[r] = geo.attention_rank_and_booleanness(P[r])
     return {**out, "centres_on_hull": hull, "n_psi1_values": n_psi1, "attention_rank": rank,
             "booleanness": boolean}
@@ -151,26 +207,30 @@ class EuclideanFlow(Model):
     spec = EuclideanFlowSweep
     outputs = {**{k: v for k, v in vocabulary.EUCLIDEAN_FLOW_OUTPUTS.items() if k not in FINAL_STATES},
                **REDUCTIONS}
-    report_facts = ("V", "Q", "K", "integrator", "init")
+    report_facts = ("V", "Q", "K", "heads", "integrator", "init")
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.euclidean_flow import simulate_euclidean_flow
 
         d = int(coords["d"])
         out = simulate_euclidean_flow(
-            rngs, **sphere_cell(coords), V=as_array(sweep.V, d),
-            Q=None if sweep.Q is None else as_array(sweep.Q, d),
-            K=None if sweep.K is None else as_array(sweep.K, d),
+            rngs, **sphere_cell(coords), **matrix_arguments(sweep, d),
             integrator=sweep.integrator, x0=starts_of(sweep, coords, rngs), **time_arguments(sweep))
         return reduce_final_states(sweep, coords, out)
 
     def geometry_claims(self, sweep, d) -> str:
         """The [GLPR-E] statements that apply to a cell of this spec (docs/models.md section 3)."""
         claims = []
+        if sweep.heads > 1:
+            return "several heads: no theorem (an open problem, [GLPR-E] section 6)"
         if sweep.V == "identity":
             claims.append("centres on the hull (P = 1)")
         elif sweep.V == "minus_identity":
-            claims.append("x -> 0 like t^-1/2 (sqrt(T) spread bounded)")
+            claims.append("x -> 0 like t^-1/2: spread exponent -> -1/2, sqrt(t) rms norm -> "
+                          "sqrt(d / (2 beta)) (Q = K = I)")
+        elif sweep.V in vocabulary.EUCLIDEAN_VALUE_ENSEMBLES:
+            claims.append(f"V drawn ({sweep.V}): at most 3 psi_1 hyperplanes for the draws that "
+                          "are good triples (others: —)")
         else:
             claims.append("at most 3 psi_1 hyperplanes (typically 2) if lambda_1 > 0 is simple")
         if int(d) == 1:
