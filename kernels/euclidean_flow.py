@@ -271,8 +271,8 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
     the name of a random ensemble drawn per trajectory and head (`VALUE_ENSEMBLES`). Q, K: the
     same shapes, default I (scalars for d = 1). integrator: "euler" | "rk4" | "discrete".
     init: "box" | "gaussian" | "uniform_sphere"; box: its scale. eps: relative cluster threshold
-    (see module docstring). x0: or the (ntraj, n, d) starts, drawn before
-    (`kernels/starts.py`); then init, box are not read. keep_values: also return "V", each trajectory's (H, d, d) values.
+    (see module docstring). x0: or the (ntraj, n, d) starts, drawn before (`kernels/starts.py`);
+    then init, box are not read. keep_values: also return "V", each trajectory's (H, d, d) values.
 
     Returns {name: array} per `OUTPUTS`: n_clusters (ntraj, nt) int16, spread (ntraj, nt),
     nonfinite (ntraj,), z_final (ntraj, n, d), P_final (ntraj, n, n).
@@ -338,7 +338,6 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
     values = np.empty((ntraj, heads, d, d)) if drawn else np.broadcast_to(V, (ntraj, heads, d, d))
     for r, rng in enumerate(rngs):
         z[r] = draw_start(rng, init, n, d, float(box)) if x0 is None else x0[r]
-        z[r] = draw_start(rng, init, n, d, float(box))
         if drawn:
             for hh in range(heads):
                 draw_matrix(rng, ENSEMBLE_CODES[drawn], values[r, hh])
