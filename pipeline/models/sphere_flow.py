@@ -22,14 +22,15 @@ from ...kernels import vocabulary
 from .. import theory
 from ..matrix_fields import Matrix, check_fixes_d, per_head_matrices
 from ..plugin import Model
+from ..recording import RecordingSweep, record_arguments
 from ..report import clustering
-from ..spec import Grid, SweepBase, refuse
+from ..spec import Grid, refuse
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments
 
 MATRIX_KEYS = ("Q", "K", "V")  # the kernel's `matrices` keys
 
 
-class SphereFlowSweep(SweepBase):
+class SphereFlowSweep(RecordingSweep):
     """Deterministic attention flow on the sphere [GLPR-P, RST]: dx_i/dt = P_{x_i}(A_i(X)).
 
     Defaults are the kernel's (kernels/sphere_flow.py): SA, retraction Euler, one head,
@@ -144,7 +145,7 @@ class SphereFlow(Model):
                     heads=sweep.heads, qk=sweep.qk, value=sweep.value, period=sweep.period,
                     time_varying=sweep.time_varying, init=sweep.init, delta=sweep.delta,
                     rst_scaling=sweep.rst_scaling, matrices=matrices, precision=sweep.precision,
-                    threads=sweep.threads, **time_arguments(sweep))
+                    threads=sweep.threads, **time_arguments(sweep), **record_arguments(sweep))
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.sphere_flow import simulate_sphere_flow

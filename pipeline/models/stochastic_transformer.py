@@ -22,12 +22,13 @@ from pydantic import Field
 from ...kernels import vocabulary
 from .. import theory
 from ..plugin import Model
+from ..recording import RecordingSweep, record_arguments
 from ..report import antipodal
-from ..spec import Grid, SweepBase
+from ..spec import Grid
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments, two_token_cells
 
 
-class StochasticTransformerSweep(SweepBase):
+class StochasticTransformerSweep(RecordingSweep):
     """Deep stochastic transformer [F26]: x_i <- N(x_i + sqrt(h) V_k A_i(X))."""
 
     model: Literal["stochastic_transformer"]
@@ -59,7 +60,8 @@ class StochasticTransformer(Model):
         return simulate_stochastic_transformer(
             rngs, **sphere_cell(coords), value_std=sweep.value_std, attention=sweep.attention,
             noise=sweep.noise, stop_when_resolved=sweep.stop_when_resolved,
-            resolved_window=sweep.resolved_window, threads=sweep.threads, **time_arguments(sweep))
+            resolved_window=sweep.resolved_window, threads=sweep.threads, **time_arguments(sweep),
+            **record_arguments(sweep))
 
     def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
         """P(antipodal) of two tokens started uniformly (SA and USA alike); NaN where none applies."""
