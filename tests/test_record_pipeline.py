@@ -80,7 +80,7 @@ def test_size_estimate_counts_the_recorded_outputs():
     sweep = parse_sweep(RECORDED)
     plain = parse_sweep({k: v for k, v in RECORDED.items() if not k.startswith("record")})
     cells, traj, nt = 2, 12, 4
-    extra = cells * traj * nt * (10 * 4 + 16 * 8 + 12 * 8 + 3 * 8)  # hist, gram, states, 3 scalars
+    extra = cells * traj * nt * (10 * 4 + 16 * 8 + 12 * 8 + 4 * 8)  # hist, gram, states, 4 scalars
     assert estimated_store_bytes(sweep) == estimated_store_bytes(plain) + extra
     assert estimated_store_bytes(sweep, recorded=False) == estimated_store_bytes(plain)
 
@@ -106,7 +106,8 @@ def test_other_observables_run_over_any_grid():
 
 
 def test_record_direction_is_checked():
-    for extra, fragment in (({"record_direction": [1, 0, 0]}, "add hemisphere_margin"),
+    for extra, fragment in (({"record": ["gram"], "record_direction": [1, 0, 0]},
+                             "add hemisphere_margin"),
                             ({"record": ["hemisphere_margin"], "record_direction": [1, 0]},
                              "has 2 numbers"),
                             ({"record": ["hemisphere_margin"], "record_direction": [0, 0, 0]},
