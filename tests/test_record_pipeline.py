@@ -144,3 +144,27 @@ def test_cli_refuses_gram_over_a_grid_and_states_over_the_size_limit(tmp_path):
     assert_one_error_line(result, "record: the store would need 87.8 MiB with record ['states']",
                           "drop gram / states from record", "TOKENSWEEP_MAX_STORE_GIB=1")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.yaml", "grid.yaml"]
+
+
+def test_a_recorded_cube_grows_and_reports(cubes, tmp_path):
+    import shutil
+
+    import xarray as xr
+
+    from tokensweep.pipeline import report
+    from tokensweep.pipeline.store import open_cube
+
+    sweep, path, _, _ = cubes
+    grown = tmp_path / "grown.zarr"
+    shutil.copytree(path, grown)
+    more = parse_sweep({**RECORDED, "trajectories": 17})
+    assert prepare_store(more, grown) == "grown"
+    for index in range(len(Plan(more))):
+        run_partition(more, grown, index)
+    old, new = tokensweep.open(path), tokensweep.open(grown)
+    for name in ("overlap_hist", "gram", "states", "hemisphere_margin"):
+        xr.testing.assert_identical(old[name].drop_attrs(), new[name].isel(traj=slice(0, 12))
+                                    .drop_attrs())
+        assert not new[name].isel(traj=slice(12, None)).isnull().any()
+    paths = report.write_report(open_cube(grown), tmp_path / "report")
+    assert "stochastic_transformer" in open(paths["report"]).read()
