@@ -1,4 +1,4 @@
-"""Observables over time, recorded on request (`vocabulary.OBSERVABLES`, docs/models.md section 7).
+"""Observables over time, recorded on request (`vocabulary.OBSERVABLES`, docs/models.md section 9).
 
 For unit tokens x_1..x_n with overlaps G_ij = <x_i, x_j>, at each checkpoint:
 
@@ -167,7 +167,8 @@ def check_record(record, bins, direction, d):
     record = tuple(record or ())
     unknown = [name for name in record if name not in RECORD_NAMES]
     if unknown:
-        raise ValueError(f"record = {record!r} has unknown names {unknown}: use some of {RECORD_NAMES}")
+        raise ValueError(f"record = {record!r} has unknown names {unknown}: "
+                         f"use some of {RECORD_NAMES}")
     if int(bins) != bins or bins < 1:
         raise ValueError(f"record_bins = {bins!r}, but the histogram needs an integer >= 1 bins")
     if direction is not None:

@@ -18,9 +18,10 @@ first, then `t` for per-checkpoint outputs); the store builder turns it into the
 
 A kernel receives its outputs as one record, a namedtuple of the arrays (`record_class`), and
 writes trajectory r's entries, e.g. out.overlap_min[r, c]. The records of the sphere models also
-hold the observables recorded on request (`RECORD_FIELDS`, `observables`), empty when not asked. `allocate_outputs` fills every array
-with its spec's `missing` value, so a trajectory that fails keeps NaN overlaps, class 0 and
-n_clusters 0 at the checkpoints it never reached without the kernel writing them. Adding a
+hold the observables recorded on request (`RECORD_FIELDS`, `observables`), empty when not asked.
+`allocate_outputs` fills every array with its spec's `missing` value, so a trajectory that fails
+keeps NaN overlaps, class 0 and n_clusters 0 at the checkpoints it never reached without the
+kernel writing them. Adding a
 per-checkpoint outcome: declare it in `vocabulary`, write it in the record function
 (`record_checkpoint`, or the model's own that calls it).
 """

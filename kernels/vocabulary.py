@@ -8,9 +8,10 @@ numba).
 
 Outputs. An `OutputSpec` describes one returned array: (ntraj, nt) if per checkpoint, else
 (ntraj,), then one trailing axis per name in `extra_dims` (sizes from the run: `bin`, `i`, `j`,
-`token`, `component`), its dtype, its CF attributes and `missing`, the value the kernels' output arrays are allocated with: a checkpoint that a trajectory
-never reaches (its state became non-finite first) keeps it. The mathematics of each output is in
-the module that computes it (`outcomes`, `sphere_flow`, `euclidean_flow`).
+`token`, `component`), its dtype, its CF attributes and `missing`, the value the kernels' output
+arrays are allocated with: a checkpoint that a trajectory never reaches (its state became
+non-finite first) keeps it. The mathematics of each output is in the module that computes it
+(`outcomes`, `sphere_flow`, `euclidean_flow`, `observables`).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ EUCLIDEAN_EXTRA_DIMS = {"z_final": ("token", "coord"), "P_final": ("token", "tok
 
 # Observables over time, recorded on request (a spec's `record:` list; `observables`): each is
 # an output of the sphere models when asked for, absent otherwise. gram and states need one n and
-# one d per spec (their trailing dimensions). docs/models.md section 7.
+# one d per spec (their trailing dimensions). docs/models.md section 9.
 OBSERVABLES = {
     "overlap_hist": OutputSpec(
         True, "int32", "number of token pairs i < j with overlap <x_i, x_j> in the bin", "1",

@@ -93,7 +93,8 @@ class Model:
         return f"<tokensweep model {self.name!r}>"
 
 
-def check_outputs(model: Model, outputs: dict, ntraj: int, nt: int, sweep: SweepBase = None) -> None:
+def check_outputs(model: Model, outputs: dict, ntraj: int, nt: int,
+                  sweep: SweepBase | None = None) -> None:
     """Raise if `outputs` is not exactly the model's declared outputs (for `sweep`, with the
     observables it records), shaped and typed as declared."""
     from .recording import declared_outputs, dimension_sizes, output_shape

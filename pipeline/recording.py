@@ -1,5 +1,5 @@
 """Observables over time in a cube: the spec fields `record`, `record_bins`, `record_direction`,
-the outputs they add and the trailing dimensions those have (docs/models.md section 7).
+the outputs they add and the trailing dimensions those have (docs/models.md section 9).
 
 `record` lists names of `kernels.vocabulary.OBSERVABLES`; each becomes an output variable of the
 cube beside the model's defaults, over (grid..., t, traj) and its own trailing dimensions:

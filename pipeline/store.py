@@ -309,7 +309,7 @@ def write_outputs(path: str | Path, plan: Plan, part: Partition, outputs: dict[s
     declared = declared_outputs(get_model(plan.sweep.model), plan.sweep)
     for name, spec in declared.items():
         values = np.asarray(outputs[name], dtype=spec.dtype)
-        if spec.per_checkpoint:  # kernel gives (traj, t, ...); the store keeps (cell..., t, traj, ...)
+        if spec.per_checkpoint:  # kernel: (traj, t, ...); the store keeps (cell..., t, traj, ...)
             values, dims = np.swapaxes(values, 0, 1), (*plan.sweep.axes, "t", "traj")
         else:
             dims = (*plan.sweep.axes, "traj")

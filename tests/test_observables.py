@@ -61,7 +61,8 @@ PATHS = ("stochastic_pair", "stochastic_general", "stochastic_early_stop", "hybr
 
 
 def numpy_histogram(g, bins):
-    """Counts of g[i, j], i < j, over equal bins of [-1, 1] (right end and rounding in the end bins)."""
+    """Counts of g[i, j], i < j, over equal bins of [-1, 1] (the right end, and rounding outside,
+    in the end bins)."""
     iu = np.triu_indices(g.shape[-1], 1)
     k = np.clip(np.floor((g[iu] + 1.0) / 2.0 * bins).astype(int), 0, bins - 1)
     return np.bincount(k, minlength=bins)

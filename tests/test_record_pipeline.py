@@ -47,11 +47,13 @@ def test_recorded_cube_has_the_trailing_dimensions_and_their_coordinates(cubes):
     assert ds.overlap_hist.dims == ("beta", "t", "traj", "bin")
     assert ds.gram.dims == ("beta", "t", "traj", "i", "j")
     assert ds.states.dims == ("beta", "t", "traj", "token", "component")
-    assert (ds.sizes["bin"], ds.sizes["i"], ds.sizes["token"], ds.sizes["component"]) == (10, 4, 4, 3)
+    sizes = ds.sizes
+    assert (sizes["bin"], sizes["i"], sizes["token"], sizes["component"]) == (10, 4, 4, 3)
     edges = np.linspace(-1, 1, 11)
     np.testing.assert_allclose(ds.bin.attrs["bin_edges"], edges)
     np.testing.assert_allclose(ds.bin.values, (edges[1:] + edges[:-1]) / 2)
-    for name in ("overlap_hist", "gram", "states", "hemisphere_margin", "consensus_error", "energy"):
+    for name in ("overlap_hist", "gram", "states", "hemisphere_margin", "consensus_error",
+                 "energy"):
         assert ds[name].attrs["long_name"] and ds[name].attrs["units"] == "1"
         # one chunk per (cell, partition): one cell, every checkpoint, partition_traj trajectories
         assert ds[name].data.chunksize[:3] == (1, 4, 5)
