@@ -25,11 +25,11 @@ import numpy as np
 from numba import njit
 
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import vocabulary
+from . import observables, vocabulary
 from .attention import ATTENTION_CODES, attention, gram, normalize_rows, scaled_step, uniform_start
 from .outcomes import (
     OUTPUTS,
-    allocate_outputs,
+    SphereOutcomes,
     carry_forward,
     check_common_arguments,
     check_run_options,
@@ -57,6 +57,7 @@ def _trajectory(rng, x, draw_start, beta, att, sigma, h, layers, ckpt, times, ep
     n, d = x.shape
     keep = states.shape[1] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
+    observables.record_start(x, out, r)
     ahat = np.empty((n, d))
     logscale = np.empty(n)
     w = np.empty((n, n))
@@ -83,10 +84,12 @@ def _trajectory(rng, x, draw_start, beta, att, sigma, h, layers, ckpt, times, ep
             gram(x, g)
             fresh = True
             record_overlaps(g, eps, out, r, c)
+            observables.observe(x, g, beta, out, r, c)
             if keep:
                 states[r, c] = x
             if resolved_for(out, r, c, window):
                 carry_forward(out, r, c)
+                observables.carry_observables(out, r, c)
                 if keep:
                     for b in range(c + 1, ckpt.shape[0]):
                         states[r, b] = x
@@ -96,7 +99,8 @@ def _trajectory(rng, x, draw_start, beta, att, sigma, h, layers, ckpt, times, ep
 
 
 def _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, draw_batch, x0,
-         keep_states, stop_when_resolved, resolved_window, threads):
+         keep_states, stop_when_resolved, resolved_window, threads, record=(),
+         record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None):
     ckpt = check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, attention,
                                   ATTENTIONS, eps)
     window, threads = check_run_options(stop_when_resolved, resolved_window, threads)
@@ -111,8 +115,9 @@ def _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, 
         x0 = np.asarray(x0, dtype=np.float64)
         if x0.shape != (ntraj, n, d):
             raise ValueError(f"x0 has shape {x0.shape}, expected (ntraj, n, d) = {(ntraj, n, d)}")
-    out = allocate_outputs(ntraj, nt)
-    states = np.full((ntraj, nt if keep_states else 0, n, d), np.nan)
+    record, record_bins, direction = observables.check_record(record, record_bins, direction, d)
+    out = observables.allocate(SphereOutcomes, ntraj, nt, n, d, record, record_bins, direction)
+    states = np.full((ntraj, nt if keep_states or "states" in record else 0, n, d), np.nan)
     h = float(T) / layers
     times = h * ckpt.astype(np.float64)
 
@@ -122,31 +127,36 @@ def _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, 
                     h, layers, ckpt, times, float(eps), batch, window, out, r, states)
 
     for_each_trajectory(run_one, ntraj, threads)
-    return out._asdict(), states
+    return observables.returned(out, OUTPUTS, record, states), states
 
 
 def simulate_hybrid(rngs, *, n, d, beta, sigma, T, layers, checkpoint_layers, attention="sa",
                     eps=1e-3, draw_batch=None, stop_when_resolved=False, resolved_window=2,
-                    threads=1, x0=None):
+                    threads=1, x0=None, record=(), record_bins=vocabulary.DEFAULT_RECORD_BINS,
+                    direction=None):
     """Simulate len(rngs) trajectories of the hybrid noise model; one Generator each.
 
     Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise.
     stop_when_resolved, resolved_window: early stopping (`stochastic` module docstring);
     threads: trajectories run on this many threads (results do not depend on it).
     x0: optional (ntraj, n, d) starts already drawn (as in `simulate_stochastic_transformer`).
+    record, record_bins, direction: observables also returned (`observables`).
     """
     out, _ = _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps, draw_batch,
-                  x0, False, stop_when_resolved, resolved_window, threads)
+                  x0, False, stop_when_resolved, resolved_window, threads, record, record_bins,
+                  direction)
     return out
 
 
 def simulate_hybrid_states(rngs, *, n, d, beta, sigma, T, layers, checkpoint_layers, attention="sa",
                            eps=1e-3, draw_batch=None, x0=None, stop_when_resolved=False,
-                           resolved_window=2, threads=1):
+                           resolved_window=2, threads=1, record=(),
+                           record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None):
     """As simulate_hybrid, also returning the states (ntraj, nt, n, d): (states, outputs).
 
     x0: optional (ntraj, n, d) start (rows are normalised); then no start normals are drawn.
     """
     out, states = _run(rngs, n, d, beta, sigma, T, layers, checkpoint_layers, attention, eps,
-                       draw_batch, x0, True, stop_when_resolved, resolved_window, threads)
+                       draw_batch, x0, True, stop_when_resolved, resolved_window, threads, record,
+                       record_bins, direction)
     return states, out

@@ -17,9 +17,11 @@ non-finite has NaN overlaps, class 0 and n_clusters 0 from the failing checkpoin
 first, then `t` for per-checkpoint outputs); the store builder turns it into the zarr template.
 
 A kernel receives its outputs as one record, a namedtuple of the arrays (`record_class`), and
-writes trajectory r's entries, e.g. out.overlap_min[r, c]. `allocate_outputs` fills every array
-with its spec's `missing` value, so a trajectory that fails keeps NaN overlaps, class 0 and
-n_clusters 0 at the checkpoints it never reached without the kernel writing them. Adding a
+writes trajectory r's entries, e.g. out.overlap_min[r, c]. The records of the sphere models also
+hold the observables recorded on request (`RECORD_FIELDS`, `observables`), empty when not asked.
+`allocate_outputs` fills every array with its spec's `missing` value, so a trajectory that fails
+keeps NaN overlaps, class 0 and n_clusters 0 at the checkpoints it never reached without the
+kernel writing them. Adding a
 per-checkpoint outcome: declare it in `vocabulary`, write it in the record function
 (`record_checkpoint`, or the model's own that calls it).
 """
@@ -32,36 +34,50 @@ import numpy as np
 from numba import njit
 
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from .vocabulary import ANTIPODAL, SINGLE_CLUSTER, SPHERE_OUTCOMES, UNRESOLVED, OutputSpec
+from .vocabulary import (ANTIPODAL, HEMISPHERE_DIRECTION, OBSERVABLES, SINGLE_CLUSTER,
+                         SPHERE_OUTCOMES, UNRESOLVED, OutputSpec)
 
 __all__ = ["ANTIPODAL", "OUTPUTS", "OutputSpec", "SINGLE_CLUSTER", "SphereOutcomes", "UNRESOLVED"]
 
 OUTPUTS = SPHERE_OUTCOMES
+# what the sphere models' records hold beyond their default outputs, allocated empty unless
+# recorded (`observables`; states live in the kernels' own states array)
+RECORD_FIELDS = {**{k: s for k, s in OBSERVABLES.items() if k != "states"},
+                 "direction": HEMISPHERE_DIRECTION}
 
 
-def record_class(name, outputs, module):
+def record_class(name, outputs, module, optional=None):
     """A namedtuple class with one field per output (in order), its specs in `.specs`.
 
+    optional: further fields {name: OutputSpec} (after the outputs; one already an output is
+    left out), allocated empty along t unless recorded (`allocate_outputs`).
     Assign it to `name` at the top level of `module`: numba's cache refers to the class by its
     module and name.
     """
-    cls = namedtuple(name, tuple(outputs), module=module)
-    cls.specs = dict(outputs)
+    extra = {k: s for k, s in (optional or {}).items() if k not in outputs}
+    cls = namedtuple(name, (*outputs, *extra), module=module)
+    cls.specs = {**outputs, **extra}
+    cls.optional = frozenset(extra)
     return cls
 
 
-SphereOutcomes = record_class("SphereOutcomes", OUTPUTS, __name__)
+SphereOutcomes = record_class("SphereOutcomes", OUTPUTS, __name__, RECORD_FIELDS)
 
 
-def allocate_outputs(ntraj, nt, record=SphereOutcomes, shapes=None):
+def allocate_outputs(ntraj, nt, record=SphereOutcomes, shapes=None, sizes=None, recorded=()):
     """A `record` of arrays, each filled with its spec's missing value: (ntraj, nt) per checkpoint,
-    else (ntraj,) + shapes.get(name, ()) (trailing dimensions, e.g. a final state)."""
-    shapes = shapes or {}
-    return record(*(
-        np.full((ntraj, nt) if spec.per_checkpoint else (ntraj, *shapes.get(name, ())),
-                spec.missing, dtype=spec.dtype)
-        for name, spec in record.specs.items()
-    ))
+    else (ntraj,); then shapes.get(name) (trailing dimensions, e.g. a final state), or one size
+    per name in the spec's extra_dims from `sizes` (0 where not given). An optional field of the
+    record (`record_class`) not in `recorded` gets nt = 0: nothing to write."""
+    shapes, sizes = shapes or {}, sizes or {}
+
+    def shape(name, spec):
+        t = (nt if name not in record.optional or name in recorded else 0,)
+        trailing = shapes.get(name, tuple(sizes.get(dim, 0) for dim in spec.extra_dims))
+        return (ntraj, *(t if spec.per_checkpoint else ()), *trailing)
+
+    return record(*(np.full(shape(name, spec), spec.missing, dtype=spec.dtype)
+                    for name, spec in record.specs.items()))
 
 
 @njit(nogil=True, cache=True)

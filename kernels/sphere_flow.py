@@ -58,7 +58,7 @@ import numpy as np
 from numba import njit
 
 from tokensweep.kernels import cache  # noqa: F401  (numba's cache folder, before any decoration)
-from tokensweep.kernels import outcomes, vocabulary
+from tokensweep.kernels import observables, outcomes, vocabulary
 from tokensweep.kernels import sphere_symmetric as symmetric
 from tokensweep.kernels.blocks import block_size, run_blocks, start_normals
 from tokensweep.kernels.ensembles import (
@@ -93,7 +93,8 @@ ATTENTIONS = vocabulary.SPHERE_FLOW_ATTENTIONS
 INTEGRATOR_CODES = dict(zip(vocabulary.SPHERE_FLOW_INTEGRATORS, (EULER, HEUN, RK4)))
 
 OUTPUTS = vocabulary.SPHERE_FLOW_OUTPUTS
-SphereFlowOutcomes = outcomes.record_class("SphereFlowOutcomes", OUTPUTS, __name__)
+SphereFlowOutcomes = outcomes.record_class("SphereFlowOutcomes", OUTPUTS, __name__,
+                                           outcomes.RECORD_FIELDS)
 
 
 @njit(nogil=True, cache=True)
@@ -132,6 +133,7 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
     redraw = q_kind != 0 or k_kind != 0 or v_kind != 0
     c = 0
     if ok:
+        observables.record_start(x0, out, r)
         for s in range(layers):
             if period > 0 and s > 0 and s % period == 0 and redraw:
                 if rng is not None:
@@ -144,6 +146,7 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
             if s + 1 == ckpt[c]:
                 xr = x.astype(np.float64)
                 record(xr, beta, delta, eps, g, out, r, c, memo)
+                observables.record_observables(xr, g, out, r, c)
                 if states.shape[1] > 0:
                     states[r, c] = xr
                 c += 1
@@ -298,7 +301,8 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                          integrator="euler", heads=1, qk="identity", value="identity",
                          matrices=None, period=0, time_varying=None, init="uniform_sphere",
                          delta=1e-3, eps=1e-3, rst_scaling=False, return_states=False,
-                         precision="float64", threads=1, x0=None):
+                         precision="float64", threads=1, x0=None, record=(),
+                         record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None):
     """Integrate one deterministic attention flow per Generator in `rngs`; return `OUTPUTS` arrays.
 
     rngs: sequence of numpy Generators, one per trajectory (ntraj). h = T / layers; checkpoint c is
@@ -317,6 +321,8 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     drawn in float64, the outputs computed in float64 from the state at each checkpoint).
     threads: integrate blocks of trajectories on this many threads (each trajectory's result is
     the same bits whatever the threads; BLAS runs single-threaded inside each, see `run_blocks`).
+    record, record_bins, direction: observables also returned (`observables`; "states" is
+    return_states).
     Returns {name: array} with (ntraj, nt) per-checkpoint and (ntraj,) per-trajectory outputs.
     """
     from tokensweep.kernels.ensembles import FIXED, INIT_CODES, QK
@@ -351,7 +357,9 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     par = (float(beta), kind, attention.startswith("causal"), qk_identity, v_code, tv_mode, log_scale0)
     nt = ckpt.shape[0]
     ntraj = len(rngs)
-    out = outcomes.allocate_outputs(ntraj, nt, SphereFlowOutcomes)
+    record, record_bins, direction = observables.check_record(record, record_bins, direction, d)
+    out = observables.allocate(SphereFlowOutcomes, ntraj, nt, n, d, record, record_bins, direction)
+    return_states = return_states or "states" in record
     states = np.full((ntraj, nt if return_states else 0, n, d), np.nan)
     times = h * ckpt.astype(np.float64)
     codes = (INTEGRATOR_CODES[integrator], INIT_CODES[init] if x0 is None else GIVEN)
@@ -395,7 +403,5 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                            k.copy(), v.copy(), tv, int(period), float(delta), float(eps), out,
                            r, states, proto)
     run_blocks(ntraj, block_size(ntraj, n, d, threads, fixed), threads, work)
-    out = out._asdict()
-    if return_states:
-        out["states"] = states
-    return out
+    return observables.returned(out, OUTPUTS, (*record, *(("states",) if return_states else ())),
+                                states)

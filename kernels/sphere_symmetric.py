@@ -30,7 +30,7 @@ import numpy as np
 from numba import njit
 
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import outcomes
+from . import observables, outcomes
 from .ensembles import shape_start
 from .sphere_drift import EULER, TV_NONE, V_IDENTITY, V_MINUS_IDENTITY
 from .sphere_outcomes import memory, record_t
@@ -229,6 +229,7 @@ def integrate_t(z, r0, init, h, layers, ckpt, times, par, delta, eps, out, state
         x = z[b]
         ok = shape_start(init, x)
         if ok:
+            observables.record_start(x, out, r)
             if reduce:
                 span_basis(x, basis)
                 y = np.dot(x, basis.T)
@@ -245,10 +246,10 @@ def integrate_t(z, r0, init, h, layers, ckpt, times, par, delta, eps, out, state
                     break
                 if s + 1 == ckpt[c]:
                     record_t(xt, beta, delta, eps, g, x64, xr, out, r, c, memo)
+                    ambient = reduce and (states.shape[1] > 0 or out.hemisphere_margin.shape[1] > 0)
+                    xa = np.dot(xr, basis) if ambient else xr  # the state in R^d
+                    observables.record_observables(xa, g, out, r, c)
                     if states.shape[1] > 0:
-                        if reduce:
-                            states[r, c] = np.dot(xr, basis)
-                        else:
-                            states[r, c] = xr
+                        states[r, c] = xa
                     c += 1
         outcomes.finish_trajectory(out, r, ok, times)

@@ -70,7 +70,7 @@ import numpy as np
 from numba import njit
 
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import vocabulary
+from . import observables, vocabulary
 from .attention import (
     ATTENTION_CODES,
     CAUSAL_SA,
@@ -89,7 +89,7 @@ from .attention import (
 )
 from .outcomes import (
     OUTPUTS,
-    allocate_outputs,
+    SphereOutcomes,
     carry_forward,
     check_common_arguments,
     check_run_options,
@@ -132,6 +132,7 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times,
     qk = m.shape[0] > 0
     keep = states.shape[1] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
+    observables.record_start(x, out, r)
     rank = min(n, d)  # rows of R
     per_layer = rank * d if noise == GAUSSIAN else d * d
     ahat = np.empty((n, d))
@@ -169,6 +170,7 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times,
             gram(x, g)
             fresh = True
             record_overlaps(g, eps, out, r, c)
+            observables.observe(x, g, beta, out, r, c)
             if keep:
                 states[r, c] = x
             if resolved_for(out, r, c, window):
@@ -182,6 +184,7 @@ def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times,
 def _stop(out, r, c, states, x):
     """Early stop after checkpoint c: carry its outputs (and state) to the later checkpoints."""
     carry_forward(out, r, c)
+    observables.carry_observables(out, r, c)
     if states.shape[1] > 0:
         for b in range(c + 1, states.shape[1]):
             states[r, b] = x
@@ -262,6 +265,7 @@ def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, t
     d = x.shape[1]
     keep = states.shape[1] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
+    observables.record_start(x, out, r)
     per_layer = 2 * d
     a0 = np.empty(d)  # Ahat_0 (column 0 of A; u of the first reflection from index 1 on)
     a1 = np.empty(d)  # Ahat_1, then H_1 Ahat_1
@@ -323,6 +327,7 @@ def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, t
         pos += per_layer
         if ok and layer + 1 == ckpt[c]:
             record_checkpoint(x, eps, g_work, out, r, c)
+            observables.observe(x, g_work, beta, out, r, c)
             if keep:
                 states[r, c] = x
             if resolved_for(out, r, c, window):
@@ -334,7 +339,8 @@ def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, t
 
 def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
          draw_batch, x0, keep_states, stop_when_resolved, resolved_window, threads,
-         value_law="gaussian", qk="identity", matrices=None, scheme="discrete"):
+         value_law="gaussian", qk="identity", matrices=None, scheme="discrete",
+         record=(), record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None):
     ckpt = check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers, attention,
                                   ATTENTIONS, eps)
     window, threads = check_run_options(stop_when_resolved, resolved_window, threads)
@@ -353,8 +359,9 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
         x0 = np.asarray(x0, dtype=np.float64)
         if x0.shape != (ntraj, n, d):
             raise ValueError(f"x0 has shape {x0.shape}, expected (ntraj, n, d) = {(ntraj, n, d)}")
-    out = allocate_outputs(ntraj, nt)
-    states = np.full((ntraj, nt if keep_states else 0, n, d), np.nan)
+    record, record_bins, direction = observables.check_record(record, record_bins, direction, d)
+    out = observables.allocate(SphereOutcomes, ntraj, nt, n, d, record, record_bins, direction)
+    states = np.full((ntraj, nt if keep_states or "states" in record else 0, n, d), np.nan)
     h = float(T) / layers
     times = h * ckpt.astype(np.float64)
     att, code = ATTENTION_CODES[attention], GAUSSIAN if noise == "gaussian" else LITERAL
@@ -384,14 +391,15 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
             trajectory(*args)
 
     for_each_trajectory(run_one, ntraj, threads)
-    return out._asdict(), states
+    return observables.returned(out, OUTPUTS, record, states), states
 
 
 def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,
                                     attention="sa", noise="gaussian", eps=1e-3, draw_batch=None,
                                     stop_when_resolved=False, resolved_window=2, threads=1,
                                     value_law="gaussian", qk="identity", matrices=None,
-                                    scheme="discrete", x0=None):
+                                    scheme="discrete", x0=None, record=(),
+                                    record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None):
     """Simulate len(rngs) trajectories of the deep stochastic transformer; one Generator each.
 
     Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise,
@@ -403,18 +411,20 @@ def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layer
     scheme: "discrete" (the transformer) or "sde" (`stochastic_sde`, its limit SDE). x0: optional
     (ntraj, n, d) starts (`kernels/starts.py`; rows normalised), already drawn from the Generators,
     which then give Q, K (when drawn) and the layers' noise; None: each Generator draws a uniform
-    start first.
+    start first. record: names of `vocabulary.OBSERVABLES` also returned, over record_bins bins
+    and about `direction` (`observables`).
     """
     out, _ = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
                   draw_batch, x0, False, stop_when_resolved, resolved_window, threads,
-                  value_law, qk, matrices, scheme)
+                  value_law, qk, matrices, scheme, record, record_bins, direction)
     return out
 
 
 def simulate_stochastic_states(rngs, *, n, d, beta, value_std=1.0, T, layers, checkpoint_layers,
                                attention="sa", noise="gaussian", eps=1e-3, draw_batch=None, x0=None,
                                stop_when_resolved=False, resolved_window=2, threads=1,
-                               value_law="gaussian", qk="identity", matrices=None, scheme="discrete"):
+                               value_law="gaussian", qk="identity", matrices=None, scheme="discrete",
+                               record=(), record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None):
     """As simulate_stochastic_transformer, also returning the states: (states, outputs).
 
     states: (ntraj, nt, n, d) tokens at each checkpoint (NaN after a non-finite step; an
@@ -423,5 +433,5 @@ def simulate_stochastic_states(rngs, *, n, d, beta, value_std=1.0, T, layers, ch
     """
     out, states = _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise,
                        eps, draw_batch, x0, True, stop_when_resolved, resolved_window, threads,
-                       value_law, qk, matrices, scheme)
+                       value_law, qk, matrices, scheme, record, record_bins, direction)
     return states, out

@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from . import observables
 from .attention import attention, gaussian_values, gram, householder_r, normalize_row, normalize_rows, uniform_start
 from .outcomes import finish_trajectory, record_overlaps, resolved_for
 from .stochastic import _stop
@@ -74,6 +75,7 @@ def trajectory_sde(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, eps
     qk = m.shape[0] > 0
     keep = states.shape[1] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
+    observables.record_start(x, out, r)
     rank = min(n, d)
     per_layer = rank * d
     ahat = np.empty((n, d))
@@ -104,6 +106,7 @@ def trajectory_sde(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, eps
         if ok and layer + 1 == ckpt[c]:
             gram(x, g)
             record_overlaps(g, eps, out, r, c)
+            observables.observe(x, g, beta, out, r, c)
             if keep:
                 states[r, c] = x
             if resolved_for(out, r, c, window):

@@ -7,10 +7,11 @@ or compiling anything (`tests/test_kernel_cache.py` checks that importing this m
 numba).
 
 Outputs. An `OutputSpec` describes one returned array: (ntraj, nt) if per checkpoint, else
-(ntraj,) (plus trailing dimensions, `EUCLIDEAN_EXTRA_DIMS`), its dtype, its CF attributes and
-`missing`, the value the kernels' output arrays are allocated with: a checkpoint that a trajectory
-never reaches (its state became non-finite first) keeps it. The mathematics of each output is in
-the module that computes it (`outcomes`, `sphere_flow`, `euclidean_flow`).
+(ntraj,), then one trailing axis per name in `extra_dims` (sizes from the run: `bin`, `i`, `j`,
+`token`, `component`), its dtype, its CF attributes and `missing`, the value the kernels' output
+arrays are allocated with: a checkpoint that a trajectory never reaches (its state became
+non-finite first) keeps it. The mathematics of each output is in the module that computes it
+(`outcomes`, `sphere_flow`, `euclidean_flow`, `observables`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def missing_for(dtype: str):
 
 @dataclass(frozen=True)
 class OutputSpec:
-    """One returned array: shape (ntraj, nt) if per_checkpoint else (ntraj,), with CF attributes.
+    """One returned array: shape (ntraj, nt) if per_checkpoint else (ntraj,), then one axis per
+    name in extra_dims (its size set by the run, e.g. bin: record_bins), with CF attributes.
 
     missing: the value of an entry no kernel wrote, e.g. the checkpoints after a state became
     non-finite; by default `missing_for(dtype)`.
@@ -56,6 +58,7 @@ class OutputSpec:
     flag_values: tuple | None = None
     flag_meanings: str | None = None
     missing: object = _BY_DTYPE
+    extra_dims: tuple = ()
 
     def __post_init__(self):
         if self.missing is _BY_DTYPE:
@@ -115,9 +118,36 @@ EUCLIDEAN_FLOW_OUTPUTS = {
     "z_final": OutputSpec(False, "float64", "rescaled tokens z = exp(-TV) x at time T", "1"),
     "P_final": OutputSpec(False, "float64", "attention matrix P at time T", "1"),
 }
-# trailing dimensions of the outputs that are more than (ntraj,) or (ntraj, t); the store builder
-# needs them (OutputSpec itself has no field for them)
+# trailing dimensions of the kernel's final states (reduced by the plug-in, never stored)
 EUCLIDEAN_EXTRA_DIMS = {"z_final": ("token", "coord"), "P_final": ("token", "token_j")}
+
+# Observables over time, recorded on request (a spec's `record:` list; `observables`): each is
+# an output of the sphere models when asked for, absent otherwise. gram and states need one n and
+# one d per spec (their trailing dimensions). docs/models.md section 10.
+OBSERVABLES = {
+    "overlap_hist": OutputSpec(
+        True, "int32", "number of token pairs i < j with overlap <x_i, x_j> in the bin", "1",
+        missing=-1, extra_dims=("bin",),
+    ),
+    "gram": OutputSpec(True, "float64", "overlap <x_i, x_j> (Gram matrix)", "1",
+                       extra_dims=("i", "j")),
+    "states": OutputSpec(True, "float64", "token position x_i", "1",
+                         extra_dims=("token", "component")),
+    "hemisphere_margin": OutputSpec(
+        True, "float64", "min_i <x_i, v>, v the hemisphere direction (record_direction, else the "
+        "max-margin direction of the start)", "1",
+    ),
+    "consensus_error": OutputSpec(True, "float64", "1 - mean_i <x_1, x_i>", "1"),
+    "consensus_error_abs": OutputSpec(True, "float64", "1 - mean_i |<x_1, x_i>|", "1"),
+    "energy": SPHERE_FLOW_OUTPUTS["energy"],
+}
+RECORD_NAMES = tuple(OBSERVABLES)
+PER_CELL_SHAPED = ("gram", "states")  # their sizes follow n and d: one n and one d per spec
+DEFAULT_RECORD_BINS = 100
+# the direction v of hemisphere_margin, per trajectory (not an output): given, or NaN until the
+# kernel sets it from the start
+HEMISPHERE_DIRECTION = OutputSpec(False, "float64", "hemisphere direction v", "1",
+                                  extra_dims=("component",))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def simulate_partition(sweep: SweepBase, part: Partition) -> dict[str, np.ndarra
     rngs = trajectory_rngs(sweep.seed, coords, range(part.traj_start, part.traj_stop))
     model = get_model(sweep.model)
     outputs = model.simulate(sweep, coords, rngs)
-    check_outputs(model, outputs, len(rngs), len(sweep.time.checkpoint_layers))
+    check_outputs(model, outputs, len(rngs), len(sweep.time.checkpoint_layers), sweep)
     return outputs
 
 

@@ -45,6 +45,7 @@ import zarr
 
 from .models import get_model
 from .plan import Plan
+from .recording import declared_outputs
 from .spec import SweepBase
 from .store import DONE, create_store, errors_dir, growth, read_status, stored_sweep
 
@@ -129,7 +130,8 @@ def _copy_done_partitions(old: SweepBase, src_path: Path, new: SweepBase, dst_pa
     position = {axis: {v: i for i, v in enumerate(values)} for axis, values in new.axes.items()}
     src = zarr.open_group(str(src_path), mode="r", use_consolidated=False)
     dst = zarr.open_group(str(dst_path), mode="r+", use_consolidated=False)
-    names = [*get_model(new.model).outputs, "started", "finished", "status"]  # status last
+    outputs = declared_outputs(get_model(new.model), new)
+    names = [*outputs, "started", "finished", "status"]  # status last
     arrays = [(src[name], dst[name], src[name].metadata.dimension_names) for name in names]
     for index in np.flatnonzero(read_status(src_path) == DONE):
         part = old_plan[int(index)]

@@ -12,7 +12,9 @@ The model says
 - `name`, `summary`: what a spec writes after ``model:``, and what `tokensweep models` prints;
 - `spec`: its pydantic spec class, a `SweepBase` with ``model: Literal[name]`` and its options;
 - `outputs`: what it stores per trajectory, ``{name: OutputSpec}`` (``kernels/vocabulary.py``:
-  dtype, per checkpoint or not, CF attributes); it shapes the store, so it must not import numba;
+  dtype, per checkpoint or not, trailing dimensions, CF attributes); it shapes the store, so it
+  must not import numba. A spec with a `record` field (`recording.RecordingSweep`) adds the
+  observables it lists (`recording.declared_outputs`);
 - `simulate(sweep, coords, rngs)`: one partition's outputs, one array per declared output,
   trajectories first (the kernel is imported here, lazily);
 - `sections(sweep)`: the report sections it wants, each a function of `pipeline/report/`'s outcome
@@ -91,13 +93,19 @@ class Model:
         return f"<tokensweep model {self.name!r}>"
 
 
-def check_outputs(model: Model, outputs: dict, ntraj: int, nt: int) -> None:
-    """Raise if `outputs` is not exactly the model's declared outputs, shaped and typed as declared."""
-    if set(outputs) != set(model.outputs):
+def check_outputs(model: Model, outputs: dict, ntraj: int, nt: int,
+                  sweep: SweepBase | None = None) -> None:
+    """Raise if `outputs` is not exactly the model's declared outputs (for `sweep`, with the
+    observables it records), shaped and typed as declared."""
+    from .recording import declared_outputs, dimension_sizes, output_shape
+
+    declared = model.outputs if sweep is None else declared_outputs(model, sweep)
+    sizes = {} if sweep is None else dimension_sizes(sweep)
+    if set(outputs) != set(declared):
         raise ValueError(f"model {model.name!r} returned outputs {sorted(outputs)} but declares "
-                         f"{sorted(model.outputs)}: return exactly the declared ones")
-    for name, spec in model.outputs.items():
-        shape = (ntraj, nt) if spec.per_checkpoint else (ntraj,)
+                         f"{sorted(declared)}: return exactly the declared ones")
+    for name, spec in declared.items():
+        shape = ((ntraj, nt) if spec.per_checkpoint else (ntraj,)) + output_shape(spec, sizes)
         value = np.asarray(outputs[name])
         # exact dtype: a cast on write would wrap (int64 300 stored as int8 44) without a word
         if value.shape != shape or value.dtype != np.dtype(spec.dtype):

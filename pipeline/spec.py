@@ -404,13 +404,18 @@ def resolve_spec_path(path: str | Path) -> Path:
                     "`tokensweep catalog` lists them)")
 
 
-def estimated_store_bytes(sweep: SweepBase) -> int:
-    """Uncompressed size of the cube: every declared output of every trajectory, plus status."""
+def estimated_store_bytes(sweep: SweepBase, recorded: bool = True) -> int:
+    """Uncompressed size of the cube: every declared output of every trajectory (with the
+    observables `record` asks for, unless recorded=False), plus status."""
     from .models import get_model
+    from .recording import declared_outputs, dimension_sizes, output_shape
 
+    model = get_model(sweep.model)
+    outputs = declared_outputs(model, sweep) if recorded else model.outputs
+    sizes = dimension_sizes(sweep)
     nt = len(sweep.time.checkpoint_layers)
     per_trajectory = sum(np.dtype(out.dtype).itemsize * (nt if out.per_checkpoint else 1)
-                         for out in get_model(sweep.model).outputs.values())
+                         * math.prod(output_shape(out, sizes)) for out in outputs.values())
     partitions = sweep.n_cells * -(-sweep.trajectories // sweep.partition_traj)
     return sweep.n_cells * sweep.trajectories * per_trajectory + partitions * (1 + 8 + 8)
 
@@ -427,6 +432,13 @@ def max_store_bytes() -> int:
 def check_store_size(sweep: SweepBase) -> None:
     """Refuse a sweep whose store would exceed the limit, naming the estimate and the fix."""
     size, limit = estimated_store_bytes(sweep), max_store_bytes()
+    if size > limit and estimated_store_bytes(sweep, recorded=False) <= limit:
+        raise SpecError(
+            f"record: the store would need {format_bytes(size)} with record {list(sweep.record)} "
+            f"({format_bytes(estimated_store_bytes(sweep, recorded=False))} without), more than "
+            f"the {format_bytes(limit)} limit: record fewer checkpoints (time.checkpoints) or "
+            f"trajectories, drop gram / states from record, or allow it with "
+            f"TOKENSWEEP_MAX_STORE_GIB={math.ceil(size / 2**30)}")
     if size > limit:
         raise SpecError(
             f"spec: the store would need {format_bytes(size)} ({sweep.n_cells} cells x "

@@ -1,7 +1,8 @@
 """The result cube: one zarr v3 store per sweep, written and read through xarray.
 
-Layout: every output of the model is a variable over (grid axes..., [t,] traj), chunked
-one cell by ``partition_traj`` trajectories, so a partition writes whole chunks that no
+Layout: every output of the model is a variable over (grid axes..., [t,] traj, [trailing...]),
+chunked one cell by ``partition_traj`` trajectories (trailing dimensions, e.g. the ``bin`` of a
+recorded histogram, whole: `recording`), so a partition writes whole chunks that no
 other partition touches. ``status`` (pending / done / failed) over (grid axes...,
 block) says which partitions are complete; a partition writes it last, after its
 outputs and its timing, so a partition killed mid-write stays pending. The store's
@@ -40,6 +41,7 @@ from .failures import clear_error, errors_dir, read_error, write_error  # noqa: 
 from .models import get_model
 from .plan import Partition, Plan
 from .provenance import code_version, software_versions  # noqa: F401 (re-exported)
+from .recording import declared_outputs, dimension_coords, dimension_sizes
 from .seeds import SEEDING_SCHEME
 from .spec import SPEC_ATTR, SpecError, SweepBase, sweep_from_json
 
@@ -78,11 +80,15 @@ def template(sweep: SweepBase) -> xr.Dataset:
 
     variables, encoding = {}, {}
     cell_chunks = (1,) * len(grid_shape)
-    for name, out in get_model(sweep.model).outputs.items():
+    outputs = declared_outputs(get_model(sweep.model), sweep)
+    trailing = _trailing_dimensions(sweep, outputs.values(), coords)
+    for name, out in outputs.items():
         dims = (*axes, "t", "traj") if out.per_checkpoint else (*axes, "traj")
         shape = (*grid_shape, nt, ntraj) if out.per_checkpoint else (*grid_shape, ntraj)
         chunks = (*cell_chunks, nt, sweep.partition_traj) if out.per_checkpoint else (
             *cell_chunks, sweep.partition_traj)
+        extra = tuple(trailing[dim] for dim in out.extra_dims)
+        dims, shape, chunks = (*dims, *out.extra_dims), (*shape, *extra), (*chunks, *extra)
         attrs = {"long_name": out.long_name, "units": out.units}
         if getattr(out, "flag_values", None) is not None:
             attrs["flag_values"] = list(out.flag_values)
@@ -127,6 +133,15 @@ def template(sweep: SweepBase) -> xr.Dataset:
     ds = xr.Dataset(variables, coords=coords, attrs=attrs)
     ds.encoding["tokensweep_chunks"] = encoding
     return ds
+
+
+def _trailing_dimensions(sweep: SweepBase, outputs, coords: dict) -> dict[str, int]:
+    """Sizes of the trailing dimensions `outputs` use; adds their coordinates to `coords`."""
+    used = list(dict.fromkeys(dim for out in outputs for dim in out.extra_dims))
+    for dim, (values, attrs) in dimension_coords(sweep, used).items():
+        coords[dim] = (dim, values, attrs)
+    sizes = dimension_sizes(sweep)
+    return {dim: sizes[dim] for dim in used}
 
 
 def fill_value(dtype):
@@ -291,15 +306,17 @@ def write_outputs(path: str | Path, plan: Plan, part: Partition, outputs: dict[s
     """Write one partition's outputs: exactly one chunk of every output variable."""
     ndim = len(plan.grid_shape)
     variables = {}
-    for name, spec in get_model(plan.sweep.model).outputs.items():
+    declared = declared_outputs(get_model(plan.sweep.model), plan.sweep)
+    for name, spec in declared.items():
         values = np.asarray(outputs[name], dtype=spec.dtype)
-        if spec.per_checkpoint:  # kernel gives (traj, t); the store keeps (cell..., t, traj)
-            values, dims = values.T, (*plan.sweep.axes, "t", "traj")
+        if spec.per_checkpoint:  # kernel: (traj, t, ...); the store keeps (cell..., t, traj, ...)
+            values, dims = np.swapaxes(values, 0, 1), (*plan.sweep.axes, "t", "traj")
         else:
             dims = (*plan.sweep.axes, "traj")
-        variables[name] = (dims, values.reshape((1,) * ndim + values.shape))
+        variables[name] = ((*dims, *spec.extra_dims), values.reshape((1,) * ndim + values.shape))
     region = plan.region(part)
     region["t"] = slice(None)
+    region.update({dim: slice(None) for spec in declared.values() for dim in spec.extra_dims})
     xr.Dataset(variables).to_zarr(path, region=region, mode="r+", consolidated=False)
 
 

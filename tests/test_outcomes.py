@@ -135,7 +135,11 @@ def test_output_specs_cf_attributes():
     assert {k for k, s in OUTPUTS.items() if s.per_checkpoint} == {
         "overlap_min", "overlap_max", "cluster_class", "n_clusters"}
     arrays = allocate_outputs(5, 3)
-    assert list(arrays._asdict()) == list(OUTPUTS)
+    names = list(arrays._asdict())
+    assert names[:len(OUTPUTS)] == list(OUTPUTS)
+    # then the observables recorded on request (`observables`): empty along t unless asked for
+    assert all(getattr(arrays, k).shape[:2] == (5, 0)
+               for k in names[len(OUTPUTS):] if k != "direction")
     assert arrays.n_clusters.shape == (5, 3) and arrays.n_clusters.dtype == np.int16
     assert arrays.t_hit.shape == (5,) and arrays.nonfinite.dtype == bool
     missing = {k: s.missing for k, s in OUTPUTS.items()}

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from ...kernels import vocabulary
 from .. import theory
 from ..plugin import Model
+from ..recording import RecordingSweep, record_arguments
 from ..report import antipodal
 from ..spec import Grid, SweepBase
 from ..starts import Start, initial_overlap
@@ -36,7 +37,7 @@ class HybridGrid(Grid):
         return values
 
 
-class HybridSweep(SweepBase):
+class HybridSweep(RecordingSweep):
     """Hybrid noise model [F26, Prop. 1]: x_i <- N(x_i + h A_i + sigma sqrt(h) xi_k A_i)."""
 
     model: Literal["hybrid"]
@@ -66,7 +67,8 @@ class Hybrid(Model):
         return simulate_hybrid(rngs, **sphere_cell(coords), sigma=float(coords["sigma"]),
                                attention=sweep.attention, stop_when_resolved=sweep.stop_when_resolved,
                                resolved_window=sweep.resolved_window, threads=sweep.threads,
-                               **time_arguments(sweep), **start_argument(sweep, coords, rngs))
+                               **time_arguments(sweep), **start_argument(sweep, coords, rngs),
+                               **record_arguments(sweep))
 
     def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
         """P(antipodal) of two tokens started uniformly, or conditional on the initial overlap of an

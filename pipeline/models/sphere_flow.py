@@ -22,6 +22,7 @@ from ...kernels import vocabulary
 from .. import theory
 from ..matrix_fields import Matrix, check_fixes_d, per_head_matrices
 from ..plugin import Model
+from ..recording import RecordingSweep, record_arguments
 from ..report import clustering
 from ..spec import Grid, SweepBase, refuse
 from ..starts import Start, starts_of
@@ -30,7 +31,7 @@ from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments
 MATRIX_KEYS = ("Q", "K", "V")  # the kernel's `matrices` keys
 
 
-class SphereFlowSweep(SweepBase):
+class SphereFlowSweep(RecordingSweep):
     """Deterministic attention flow on the sphere [GLPR-P, RST]: dx_i/dt = P_{x_i}(A_i(X)).
 
     Defaults are the kernel's (kernels/sphere_flow.py): SA, retraction Euler, one head,
@@ -138,9 +139,10 @@ class SphereFlow(Model):
                     if sweep.matrices else None)
         return dict(**sphere_cell(coords), attention=sweep.attention, integrator=sweep.integrator,
                     heads=sweep.heads, qk=sweep.qk, value=sweep.value, period=sweep.period,
-                    time_varying=sweep.time_varying, init=kernel_start(sweep.init) or "uniform_sphere", delta=sweep.delta,
+                    time_varying=sweep.time_varying, delta=sweep.delta,
+                    init=kernel_start(sweep.init) or "uniform_sphere",
                     rst_scaling=sweep.rst_scaling, matrices=matrices, precision=sweep.precision,
-                    threads=sweep.threads, **time_arguments(sweep))
+                    threads=sweep.threads, **time_arguments(sweep), **record_arguments(sweep))
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.sphere_flow import simulate_sphere_flow

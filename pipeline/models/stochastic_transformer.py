@@ -22,6 +22,7 @@ from pydantic import Field, field_validator, model_validator
 from ...kernels import vocabulary
 from .. import theory
 from ..plugin import Model
+from ..recording import RecordingSweep, record_arguments
 from ..report import antipodal
 from ..matrix_fields import Matrix, check_fixes_d, square_matrix
 from ..spec import MAX_LAYERS, Grid, SweepBase, _axis_values, refuse
@@ -47,7 +48,7 @@ class StochasticGrid(Grid):
         return values
 
 
-class StochasticTransformerSweep(SweepBase):
+class StochasticTransformerSweep(RecordingSweep):
     """Deep stochastic transformer [F26]: x_i <- N(x_i + sqrt(h) V_k A_i(X)).
 
     Generalised ([F26] Thm 1's assumptions; docs/models.md 4.4): `value_law` (entries' law; a
@@ -162,7 +163,8 @@ class StochasticTransformer(Model):
             rngs, **sphere_cell(coords), value_std=sweep.value_std, attention=sweep.attention,
             noise=sweep.noise, stop_when_resolved=sweep.stop_when_resolved,
             resolved_window=sweep.resolved_window, threads=sweep.threads,
-            **generalised_arguments(sweep, coords), **start_argument(sweep, coords, rngs))
+            **generalised_arguments(sweep, coords), **start_argument(sweep, coords, rngs),
+            **record_arguments(sweep))
 
     def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
         """P(antipodal) of two tokens (SA and USA alike) started uniformly, or conditional on the
