@@ -24,15 +24,29 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-KINDS = {  # --cluster NAME: dask-jobqueue class, submit command, walltime format
-    "slurm": ("dask_jobqueue.SLURMCluster", "sbatch",
+KINDS = {  # --cluster NAME: dask_jobqueue's class, submit command, walltime format
+    "slurm": ("SLURMCluster", "sbatch",
               re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$"), "[D-]HH:MM:SS, HH:MM or minutes"),
-    "pbs": ("dask_jobqueue.PBSCluster", "qsub", re.compile(r"^\d+(:\d{1,2}){0,2}$"), "HH:MM:SS"),
+    "pbs": ("PBSCluster", "qsub", re.compile(r"^\d+(:\d{1,2}){0,2}$"), "HH:MM:SS"),
 }
 OWN_KEYS = ("cluster", "queue", "account", "walltime", "memory", "jobs", "cores")
 DEFAULT_CORES, DEFAULT_MEMORY_PER_CORE = 1, "2GiB"
 # Replace jobs that ended (walltime, scancel, a lost node) this often; a sweep outlives its jobs.
 KEEP_SCALED_S = 2.0
+
+
+def import_dask_jobqueue():
+    """dask_jobqueue, imported without the SIGINT handler it installs (dask_jobqueue.runner calls
+    sys.exit() on SIGINT, which would turn Ctrl-C into a silent exit 0 instead of
+    KeyboardInterrupt: tokensweep's exit 130 and its resume line)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        import dask_jobqueue
+    finally:
+        if main and previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return dask_jobqueue
 
 
 class JobqueueError(ValueError):
@@ -98,9 +112,9 @@ def resolve_options(kind: str | None, profile: str | None = None, **given) -> Jo
 
 def _checked(kind: str, settings: dict, profile: str | None) -> JobqueueOptions:
     import dask.config
-    import dask_jobqueue  # noqa: F401 (registers its `jobqueue.*` defaults in dask's config)
     from dask.utils import parse_bytes
 
+    import_dask_jobqueue()  # registers its `jobqueue.*` defaults in dask's config
     _, _, walltime_format, walltime_hint = KINDS[kind]
     source = f"profile {profile!r}" if profile else "the command line"
     allowed = set(dask.config.get(f"jobqueue.{kind}")) - {"cores", "memory", "processes"}
@@ -184,21 +198,22 @@ def _default_memory(cores: int) -> str:
 def build_cluster(options: JobqueueOptions, api_url: str, **kwargs):
     """The dask-jobqueue cluster (its scheduler starts here; no job is submitted yet)."""
     import dask
-    from distributed.utils import import_term
 
     from .run import LOCAL_CLUSTER_CONFIG
 
     dask.config.set(LOCAL_CLUSTER_CONFIG)  # the scheduler runs in this process
-    cluster_class = import_term(KINDS[options.kind][0])
+    cluster_class = getattr(import_dask_jobqueue(), KINDS[options.kind][0])
     return cluster_class(**cluster_kwargs(options, api_url, **kwargs))
 
 
-async def _replace_ended_jobs(cluster, jobs: int, seen: set) -> None:
+async def _replace_ended_jobs(cluster, jobs: int, seen: set, stop: threading.Event) -> None:
     """Resubmit jobs that ended (walltime, scancel, a lost node), then keep `jobs` jobs.
 
     A job has ended when every worker it started has left the scheduler. (dask's SpecCluster
     notices that only for one-worker jobs; a job of several processes would never come back.)
     """
+    if stop.is_set():  # the sweep is over: its jobs are being cancelled
+        return
     alive = [str(w["name"]) for w in cluster.scheduler_info["workers"].values()]
     for name, job in list(cluster.workers.items()):
         if any(w == str(name) or w.startswith(f"{name}-") for w in alive):
@@ -244,15 +259,16 @@ def jobqueue_cluster(options: JobqueueOptions, partitions: int, *, job_name: str
 
     def keep_scaled():
         while not stop.wait(KEEP_SCALED_S):
-            cluster.loop.add_callback(_replace_ended_jobs, cluster, options.jobs, seen)
+            cluster.loop.add_callback(_replace_ended_jobs, cluster, options.jobs, seen, stop)
 
     keeper = threading.Thread(target=keep_scaled, name="tokensweep-jobqueue", daemon=True)
     try:
         try:
             cluster.sync(_submit, cluster, options.jobs)
         except RuntimeError as err:  # sbatch / qsub refused the job: a bad queue, account, ...
+            said = str(err).split("stderr:", 1)[-1]  # dask-jobqueue quotes the command's stderr
             raise JobqueueError(f"{KINDS[options.kind][1]} refused the worker job: "
-                                f"{' '.join(str(err).split())[:300]}") from None
+                                f"{' '.join(said.split())[:300]}") from None
         keeper.start()
         yield cluster.scheduler_address
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import replace
 
 import dask.config
 import pytest
@@ -87,7 +88,8 @@ ENVIRONMENT = ["export NUMBA_NUM_THREADS=1",
 
 
 def job_script(options: JobqueueOptions, **kwargs) -> str:
-    cluster = build_cluster(options, API, **kwargs)
+    quiet = {**options.extra, "scheduler-options": {"dashboard_address": ":0"}}
+    cluster = build_cluster(replace(options, extra=quiet), API, **kwargs)
     try:
         return cluster.job_script()
     finally:
@@ -128,7 +130,6 @@ def test_pbs_job_script_sets_the_worker_environment(profiles):
     (["--cluster-profile", "typo"], "error: profile 'typo': unknown setting(s) wallclock"),
     (["--cluster", "slurm", "--walltime", "4h"], "error: --walltime '4h' is not a SLURM time limit"),
     (["--cluster", "slurm", "--workers", "2"], "error: --cluster slurm starts its own workers"),
-    (["--cluster", "slurm", "--jobs", "0"], "error: Invalid value for '--jobs'"),
 ])
 def test_command_line_exits_2_with_one_line(args, message, cli, tmp_path, write_spec, tiny_spec):
     """A profile read from a dask config file (DASK_CONFIG), as on a login node."""
@@ -143,3 +144,17 @@ def test_command_line_exits_2_with_one_line(args, message, cli, tmp_path, write_
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
     assert not store.exists()
+
+
+def test_ctrl_c_stays_a_keyboard_interrupt():
+    """dask_jobqueue installs a SIGINT handler calling sys.exit() on import: tokensweep undoes it,
+    so that Ctrl-C still stops a run with exit 130 and its resume line."""
+    import subprocess
+    import sys
+
+    code = ("import signal\n"
+            "from tokensweep.flows.jobqueue import resolve_options\n"
+            "resolve_options('slurm', None)\n"
+            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr

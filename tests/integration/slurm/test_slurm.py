@@ -1,4 +1,6 @@
-"""A sweep on a real SLURM: worker jobs through sbatch, one cancelled mid-partition with scancel.
+"""A sweep on a real SLURM: worker jobs through sbatch, one cancelled mid-partition with scancel
+(the cluster replaces it and the partition is computed again), then Ctrl-C (every job cancelled),
+then a rerun.
 
 Needs the one-node SLURM of `bash tests/integration/slurm/setup.sh` (as root), then
 `python -m pytest -q -s -m slurm` (-s shows the squeue output taken during the run).
@@ -11,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -61,6 +64,10 @@ def our_jobs(states: str = "PENDING,RUNNING,CONFIGURING,COMPLETING") -> list[str
     return out.split()
 
 
+def not_done(store) -> int:
+    return int((read_partition_table(store, "status") != DONE).sum())
+
+
 def running(store) -> list[int]:
     """Partitions started and not finished: being computed now."""
     import numpy as np
@@ -91,7 +98,7 @@ def wait_until(check, timeout: float, what: str):
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def test_cancelled_job_then_rerun_gives_the_local_cube(tmp_path, write_spec, prefect_server):
+def test_cancelled_job_ctrl_c_and_rerun_give_the_local_cube(tmp_path, write_spec, prefect_server):
     spec = copy.deepcopy(SLOW)
     spec.update(name=NAME, trajectories=12, partition_traj=3)  # 8 partitions of a few seconds
     spec_path = write_spec(spec)
@@ -122,16 +129,20 @@ def test_cancelled_job_then_rerun_gives_the_local_cube(tmp_path, write_spec, pre
         wait_until(lambda: victim_job not in our_jobs(), 60, f"job {victim_job} to end")
         shots.append((f"after scancel {victim_job}", squeue()))
         # the cluster replaces the cancelled job while the sweep goes on
-        wait_until(lambda: len(our_jobs()) == 2 or sweep.poll() is not None, 60,
-                   "a job replacing the cancelled one")
-        shots.append(("replacement submitted", squeue()))
-        code = sweep.wait(timeout=240)
+        wait_until(lambda: len(our_jobs("RUNNING")) == 2, 90, "a job replacing the cancelled one")
+        shots.append(("replacement running", squeue()))
+        # then Ctrl-C: the run stops (exit 130) and cancels its jobs; the rerun does the rest
+        assert not_done(store) > 0, "the sweep ended before Ctrl-C: make its partitions longer"
+        sweep.send_signal(signal.SIGINT)
+        code = sweep.wait(timeout=120)
         output = log.read_text()
-        assert code in (0, 1), output
-        shots.append((f"first run ended (exit {code})", squeue()))
+        assert code == 130 and "partitions done; run the same command to resume" in output, output
+        wait_until(lambda: not our_jobs(), 30, "Ctrl-C to cancel every job")
+        shots.append((f"after Ctrl-C (exit {code})", squeue()))
+        left = not_done(store)
 
         rerun = subprocess.run([TOKENSWEEP, "rerun", str(store), *BATCH, "--no-progress"],
-                               capture_output=True, text=True, env=env, timeout=240)
+                               capture_output=True, text=True, env=env, timeout=300)
         assert rerun.returncode == 0, rerun.stdout + rerun.stderr
         # every job ended with the sweep: cancelled by tokensweep (not by the `finally` below)
         shots.append(("after the rerun", squeue()))
@@ -142,6 +153,7 @@ def test_cancelled_job_then_rerun_gives_the_local_cube(tmp_path, write_spec, pre
         subprocess.run(["scancel", "-n", JOB_NAME], timeout=20)  # never leave jobs behind
 
     print(f"--- first run:\n{output}--- rerun:\n{rerun.stdout}")
+    assert left > 0 and f"computed {left} of 8 partitions" in rerun.stdout, rerun.stdout
     status = read_partition_table(store, "status")
     assert (status == DONE).all(), status
     # a partition the cancelled job was computing was computed again, from its start, after it
