@@ -58,16 +58,18 @@ SchedulerFileOpt = typer.Option(None, help="scheduler file of an existing Dask c
 ClusterOpt = typer.Option(None, help="where the workers run: local, slurm or pbs (batch jobs "
                           "through dask-jobqueue)", show_default="local, or the profile's")
 ProfileOpt = typer.Option(None, help="batch-cluster settings named NAME in dask's config, "
-                          "`tokensweep.clusters.NAME` (see docs/cluster.md)", show_default=False)
-QueueOpt = typer.Option(None, help="batch queue (SLURM partition)", show_default=False)
-AccountOpt = typer.Option(None, help="account the jobs are charged to", show_default=False)
+                          "`tokensweep.clusters.NAME` (see docs/cluster.md)", show_default="none")
+QueueOpt = typer.Option(None, help="batch queue (SLURM partition)",
+                        show_default="the profile's, or the batch system's")
+AccountOpt = typer.Option(None, help="account the jobs are charged to",
+                          show_default="the profile's, or your default")
 WalltimeOpt = typer.Option(None, help="time limit of each job, e.g. 04:00:00",
-                           show_default="jobqueue.yaml's")
-MemoryOpt = typer.Option(None, help="memory of each job, e.g. 8GB", show_default="2GiB per core")
+                           show_default="the profile's, or jobqueue.yaml's")
+MemoryOpt = typer.Option(None, help="memory of each job, e.g. 8GB", show_default="the profile's, or 2GiB per core")
 JobsOpt = typer.Option(None, min=1, help="worker jobs (fewer if fewer partitions are left)",
-                       show_default="1")
+                       show_default="the profile's, or 1")
 CoresOpt = typer.Option(None, min=1, help="cores per job, one single-threaded worker each",
-                        show_default="1")
+                        show_default="the profile's, or 1")
 ProgressOpt = typer.Option(True, help="show a progress bar over partitions")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="print only errors")
 VerboseOpt = typer.Option(False, "--verbose", "-v",
