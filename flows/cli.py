@@ -65,7 +65,8 @@ AccountOpt = typer.Option(None, help="account the jobs are charged to",
                           show_default="the profile's, or your default")
 WalltimeOpt = typer.Option(None, help="time limit of each job, e.g. 04:00:00",
                            show_default="the profile's, or jobqueue.yaml's")
-MemoryOpt = typer.Option(None, help="memory of each job, e.g. 8GB", show_default="the profile's, or 2GiB per core")
+MemoryOpt = typer.Option(None, help="memory of each job, e.g. 8GB",
+                         show_default="the profile's, or 2GiB per core")
 JobsOpt = typer.Option(None, min=1, help="worker jobs (fewer if fewer partitions are left)",
                        show_default="the profile's, or 1")
 CoresOpt = typer.Option(None, min=1, help="cores per job, one single-threaded worker each",
