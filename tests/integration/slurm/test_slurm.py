@@ -132,9 +132,11 @@ def test_cancelled_job_ctrl_c_and_rerun_give_the_local_cube(tmp_path, write_spec
         victims = running(store)
         victim_job = our_jobs("RUNNING")[0]
         killed_at = time.time()
-        subprocess.run(["scancel", victim_job], check=True, timeout=20)
+        # SIGKILL, as the OOM killer or a lost node: a plain scancel's SIGTERM leaves the worker
+        # KillWait seconds in which it may still finish its partition
+        subprocess.run(["scancel", "--signal=KILL", victim_job], check=True, timeout=20)
         wait_until(lambda: victim_job not in our_jobs(), 60, f"job {victim_job} to end")
-        shots.append((f"after scancel {victim_job}", squeue()))
+        shots.append((f"after scancel --signal=KILL {victim_job}", squeue()))
         # the cluster replaces the cancelled job while the sweep goes on
         wait_until(lambda: len(our_jobs("RUNNING")) == 2, 90, "a job replacing the cancelled one")
         shots.append(("replacement running", squeue()))
@@ -163,7 +165,7 @@ def test_cancelled_job_ctrl_c_and_rerun_give_the_local_cube(tmp_path, write_spec
     assert left > 0 and f"computed {left} of 8 partitions" in rerun.stdout, rerun.stdout
     status = read_partition_table(store, "status")
     assert (status == DONE).all(), status
-    # a partition the cancelled job was computing was computed again, from its start, after it
+    # the partition the cancelled job was computing was computed again, from its start, after it
     started = read_partition_table(store, "started")
     restarted = [i for i in victims if epoch_seconds(started[i]) > killed_at]
     assert restarted, (victims, started, killed_at)
