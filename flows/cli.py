@@ -54,6 +54,23 @@ SchedulerOpt = typer.Option(None, help="address of an existing Dask scheduler (t
                             show_default="a new local cluster")
 SchedulerFileOpt = typer.Option(None, help="scheduler file of an existing Dask cluster",
                                 show_default="a new local cluster")
+# A batch cluster (flows/jobqueue.py): options override the profile, which overrides jobqueue.yaml
+ClusterOpt = typer.Option(None, help="where the workers run: local, slurm or pbs (batch jobs "
+                          "through dask-jobqueue)", show_default="local, or the profile's")
+ProfileOpt = typer.Option(None, help="batch-cluster settings named NAME in dask's config, "
+                          "`tokensweep.clusters.NAME` (see docs/cluster.md)", show_default="none")
+QueueOpt = typer.Option(None, help="batch queue (SLURM partition)",
+                        show_default="the profile's, or the batch system's")
+AccountOpt = typer.Option(None, help="account the jobs are charged to",
+                          show_default="the profile's, or your default")
+WalltimeOpt = typer.Option(None, help="time limit of each job, e.g. 04:00:00",
+                           show_default="the profile's, or jobqueue.yaml's")
+MemoryOpt = typer.Option(None, help="memory of each job, e.g. 8GB",
+                         show_default="the profile's, or 2GiB per core")
+JobsOpt = typer.Option(None, min=1, help="worker jobs (fewer if fewer partitions are left)",
+                       show_default="the profile's, or 1")
+CoresOpt = typer.Option(None, min=1, help="cores per job, one single-threaded worker each",
+                        show_default="the profile's, or 1")
 ProgressOpt = typer.Option(True, help="show a progress bar over partitions")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="print only errors")
 VerboseOpt = typer.Option(False, "--verbose", "-v",
@@ -151,6 +168,22 @@ def _scheduler(scheduler: Optional[str], scheduler_file: Optional[str]) -> Optio
         _fail(str(err))
 
 
+def _batch(cluster, profile, workers, scheduler, **given):
+    """The batch cluster asked for (None: local or existing), checked before anything runs."""
+    from .jobqueue import JobqueueError, check_submit_command, resolve_options
+
+    try:
+        batch = resolve_options(cluster, profile, **given)
+        if batch is not None:
+            check_submit_command(batch)
+    except JobqueueError as err:
+        _fail(str(err))
+    if batch is not None and (workers is not None or scheduler is not None):
+        _fail(f"--cluster {batch.kind} starts its own workers: leave out --workers, --scheduler "
+              "and --scheduler-file (use --jobs and --cores)")
+    return batch
+
+
 def _to_run(sweep, failed_only: bool = False) -> int:
     """How many partitions a run would compute: those not done (or only the failed ones)."""
     from ..pipeline.plan import Plan
@@ -206,32 +239,33 @@ def _kernels_cold() -> bool:
 
 
 def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optional[int],
-             scheduler: Optional[str], failed_only: bool = False) -> None:
+             scheduler: Optional[str], failed_only: bool = False, batch=None) -> None:
     from ..pipeline.plan import Plan
+    from .jobqueue import JobqueueError, batch_cluster, fit_to_work
 
     store, total = Path(sweep.store), len(Plan(sweep))
-    log = log_path(store)
+    log, todo = log_path(store), _to_run(sweep, failed_only)
     details = "" if verbose else f" (details in {log})"
+    batch = batch and fit_to_work(batch, todo)
     if not quiet:
-        where = f"the cluster at {scheduler}" if scheduler else \
+        where = batch.describe() if batch else f"the cluster at {scheduler}" if scheduler else \
             f"{workers or os.cpu_count() or 1} local workers"
         logs = "" if verbose else f" (logs: {log})"
-        typer.echo(f"{sweep.name}: {_to_run(sweep, failed_only)} of {total} partitions to run into "
-                   f"{store} on {where}{logs}")
-        if scheduler is None and _kernels_cold():
+        typer.echo(f"{sweep.name}: {todo} of {total} partitions to run into {store} on {where}{logs}")
+        if scheduler is None and batch is None and _kernels_cold():
             typer.echo("compiling kernels (first run only): the first partitions take ~30 s more")
     try:
         from .run import run_sweep
 
-        with _logs_to(log, verbose):
+        with _logs_to(log, verbose), batch_cluster(batch, todo, sweep) as address:
             summary = run_sweep(sweep.model_dump(mode="json"), sweep.store, workers=workers,
-                                scheduler=scheduler, failed_only=failed_only,
+                                scheduler=address or scheduler, failed_only=failed_only,
                                 progress=progress and not quiet and not verbose)
     except KeyboardInterrupt:
         typer.echo(f"interrupted: {_done(store)} of {total} partitions done; "
                    "run the same command to resume", err=True)
         raise typer.Exit(130)
-    except (SpecError, StoreError) as err:
+    except (SpecError, StoreError, JobqueueError) as err:  # or a job the batch system refused
         _fail(str(err))
     except RuntimeError as err:  # partitions failed: the message lists them
         _fail(f"{err}{details}", code=1)
@@ -262,18 +296,28 @@ def run(
     partition_traj: Optional[int] = PartitionOpt,
     scheduler: Optional[str] = SchedulerOpt,
     scheduler_file: Optional[str] = SchedulerFileOpt,
+    cluster: Optional[str] = ClusterOpt,
+    cluster_profile: Optional[str] = ProfileOpt,
+    queue: Optional[str] = QueueOpt,
+    account: Optional[str] = AccountOpt,
+    walltime: Optional[str] = WalltimeOpt,
+    memory: Optional[str] = MemoryOpt,
+    jobs: Optional[int] = JobsOpt,
+    cores: Optional[int] = CoresOpt,
     progress: bool = ProgressOpt,
     quiet: bool = QuietOpt,
     verbose: bool = VerboseOpt,
 ):
     """Run a sweep (or resume it: only partitions not done are computed), then report."""
     _one_of_quiet_verbose(quiet, verbose)
+    batch = _batch(cluster, cluster_profile, workers, scheduler or scheduler_file, queue=queue,
+                   account=account, walltime=walltime, memory=memory, jobs=jobs, cores=cores)
     try:
         sweep = resolve_run(spec, store, partition_traj)
     except (SpecError, StoreError) as err:
         _fail(str(err))
     _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
-             progress=progress, quiet=quiet, verbose=verbose)
+             progress=progress, quiet=quiet, verbose=verbose, batch=batch)
 
 
 @app.command()
@@ -283,12 +327,22 @@ def rerun(
     workers: Optional[int] = WorkersOpt,
     scheduler: Optional[str] = SchedulerOpt,
     scheduler_file: Optional[str] = SchedulerFileOpt,
+    cluster: Optional[str] = ClusterOpt,
+    cluster_profile: Optional[str] = ProfileOpt,
+    queue: Optional[str] = QueueOpt,
+    account: Optional[str] = AccountOpt,
+    walltime: Optional[str] = WalltimeOpt,
+    memory: Optional[str] = MemoryOpt,
+    jobs: Optional[int] = JobsOpt,
+    cores: Optional[int] = CoresOpt,
     progress: bool = ProgressOpt,
     quiet: bool = QuietOpt,
     verbose: bool = VerboseOpt,
 ):
     """Redo the partitions of STORE that are not done (or only the failed ones), with its own spec."""
     _one_of_quiet_verbose(quiet, verbose)
+    batch = _batch(cluster, cluster_profile, workers, scheduler or scheduler_file, queue=queue,
+                   account=account, walltime=walltime, memory=memory, jobs=jobs, cores=cores)
     try:
         sweep = stored_sweep(store).model_copy(update={"store": store})
         read_status(store)
@@ -296,7 +350,7 @@ def rerun(
     except StoreError as err:
         _fail(str(err))
     _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
-             failed_only=failed_only, progress=progress, quiet=quiet, verbose=verbose)
+             failed_only=failed_only, progress=progress, quiet=quiet, verbose=verbose, batch=batch)
 
 
 # -- looking before running: catalog and plan ---------------------------------------------------
