@@ -38,7 +38,7 @@ import xarray as xr
 
 from .failures import clear_error, errors_dir, read_error, write_error  # noqa: F401 (re-exported)
 from .models import get_model
-from .plan import Partition, Plan
+from .plan import Partition, Plan, default_batch_shape
 from .provenance import code_version, software_versions  # noqa: F401 (re-exported)
 from .seeds import SEEDING_SCHEME
 from .spec import SPEC_ATTR, SpecError, SweepBase, sweep_from_json
@@ -77,12 +77,10 @@ def template(sweep: SweepBase) -> xr.Dataset:
     coords = {name: (*value, coord_attrs(name)) for name, value in coords.items()}
 
     variables, encoding = {}, {}
-    cell_chunks = (1,) * len(grid_shape)
+    batch_shape = default_batch_shape(sweep, partition_bytes(sweep))
     for name, out in get_model(sweep.model).outputs.items():
         dims = (*axes, "t", "traj") if out.per_checkpoint else (*axes, "traj")
         shape = (*grid_shape, nt, ntraj) if out.per_checkpoint else (*grid_shape, ntraj)
-        chunks = (*cell_chunks, nt, sweep.partition_traj) if out.per_checkpoint else (
-            *cell_chunks, sweep.partition_traj)
         attrs = {"long_name": out.long_name, "units": out.units}
         if getattr(out, "flag_values", None) is not None:
             attrs["flag_values"] = list(out.flag_values)
@@ -90,13 +88,12 @@ def template(sweep: SweepBase) -> xr.Dataset:
         fill = fill_value(out.dtype)
         variables[name] = (dims, da.full(shape, False if fill is None else fill, dtype=out.dtype,
                                          chunks=-1), attrs)
-        encoding[name] = {"chunks": chunks}
+        encoding[name] = variable_layout(sweep, dims, shape, batch_shape)
         if np.dtype(out.dtype).kind in "iu":  # CF mask on read, and what an unwritten chunk holds
             encoding[name].update(_FillValue=fill, fill_value=fill)
 
     status_dims = (*axes, "block")
     status_shape = (*grid_shape, plan.n_blocks)
-    status_chunks = (1,) * len(status_dims)
     variables["status"] = (status_dims, da.zeros(status_shape, dtype="i1", chunks=-1), {
         "long_name": "partition status", "flag_values": [PENDING, DONE, FAILED],
         "flag_meanings": STATUS_MEANINGS})
@@ -104,7 +101,7 @@ def template(sweep: SweepBase) -> xr.Dataset:
         variables[name] = (status_dims, da.full(status_shape, np.nan, chunks=-1), {
             "long_name": long_name, "units": "seconds since 1970-01-01T00:00:00Z"})
     for name in ("status", "started", "finished"):
-        encoding[name] = {"chunks": status_chunks}
+        encoding[name] = variable_layout(sweep, status_dims, status_shape, batch_shape)
 
     attrs = {
         "title": f"tokensweep cube: {sweep.name}",
@@ -127,6 +124,60 @@ def template(sweep: SweepBase) -> xr.Dataset:
     ds = xr.Dataset(variables, coords=coords, attrs=attrs)
     ds.encoding["tokensweep_chunks"] = encoding
     return ds
+
+
+def variable_layout(sweep: SweepBase, dims: tuple[str, ...], shape: tuple[int, ...],
+                    batch_shape: tuple[int, ...]) -> dict:
+    """The zarr encoding of a variable over `dims`: one chunk per partition (one cell, every
+    other dimension whole, ``partition_traj`` trajectories, one block); for a batched store
+    (`plan.default_batch_shape` not all ones) those chunks sit in shards of one batch each, so
+    a batch writes whole shards and no shard has two writers.
+
+    >>> from tokensweep.pipeline.spec import load_sweep
+    >>> sweep = load_sweep("quickstart")  # 400 trajectories, 200 per partition
+    >>> variable_layout(sweep, ("beta", "d", "n", "t", "traj"), (7, 8, 1, 5, 400), (1, 1, 1, 1))
+    {'chunks': (1, 1, 1, 5, 200)}
+    >>> variable_layout(sweep, ("beta", "d", "n", "t", "traj"), (7, 8, 1, 5, 400), (1, 8, 1, 2))
+    {'chunks': (1, 1, 1, 5, 200), 'shards': (1, 8, 1, 5, 400)}
+    """
+    axes = list(sweep.axes)
+    chunks, shards = [], []
+    for dim, size in zip(dims, shape):
+        if dim in axes:
+            chunks.append(1)
+            shards.append(batch_shape[axes.index(dim)])
+        elif dim == "block":
+            chunks.append(1)
+            shards.append(batch_shape[-1])
+        elif dim == "traj":
+            chunks.append(sweep.partition_traj)
+            shards.append(batch_shape[-1] * sweep.partition_traj)
+        else:  # checkpoints and any other dimension of an output: whole in every chunk
+            chunks.append(size)
+            shards.append(size)
+    if all(s == 1 for s in batch_shape):
+        return {"chunks": tuple(chunks)}
+    return {"chunks": tuple(chunks), "shards": tuple(shards)}
+
+
+def partition_bytes(sweep: SweepBase) -> int:
+    """Bytes of one partition's outputs (what a batch holds in memory per partition)."""
+    nt = len(sweep.time.checkpoint_layers)
+    return sweep.partition_traj * sum(np.dtype(out.dtype).itemsize * (nt if out.per_checkpoint else 1)
+                                      for out in get_model(sweep.model).outputs.values())
+
+
+def store_batch_shape(path: str | Path) -> tuple[int, ...]:
+    """The batch shape of an existing store, over (grid axes..., block): the shards of its
+    ``status`` (all ones for a store of one chunk per partition, every store before batches)."""
+    import zarr
+
+    try:
+        status = zarr.open_group(str(path), mode="r", use_consolidated=False)["status"]
+        return tuple(int(n) for n in (status.shards or status.chunks))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{path}: cannot read the layout of `status` ({type(err).__name__}: "
+                         f"{err}): {DAMAGED_HINT}") from None
 
 
 def fill_value(dtype):
@@ -289,6 +340,13 @@ def read_partition_table(path: str | Path, name: str) -> np.ndarray:
 
 def write_outputs(path: str | Path, plan: Plan, part: Partition, outputs: dict[str, np.ndarray]) -> None:
     """Write one partition's outputs: exactly one chunk of every output variable."""
+    region = plan.region(part)
+    region["t"] = slice(None)
+    partition_dataset(plan, outputs).to_zarr(path, region=region, mode="r+", consolidated=False)
+
+
+def partition_dataset(plan: Plan, outputs: dict[str, np.ndarray]) -> xr.Dataset:
+    """One partition's outputs as stored: every variable with the store's dims, cell axes of 1."""
     ndim = len(plan.grid_shape)
     variables = {}
     for name, spec in get_model(plan.sweep.model).outputs.items():
@@ -298,9 +356,7 @@ def write_outputs(path: str | Path, plan: Plan, part: Partition, outputs: dict[s
         else:
             dims = (*plan.sweep.axes, "traj")
         variables[name] = (dims, values.reshape((1,) * ndim + values.shape))
-    region = plan.region(part)
-    region["t"] = slice(None)
-    xr.Dataset(variables).to_zarr(path, region=region, mode="r+", consolidated=False)
+    return xr.Dataset(variables)
 
 
 def mark_started(path: str | Path, plan: Plan, part: Partition, started: float) -> None:
