@@ -1,17 +1,17 @@
-"""Running a batch: several partitions in one task, written as whole shards, done per partition.
+"""Running a batch: several partitions in one task, written as whole chunks, done per partition.
 
 A batched store (`plan.default_batch_shape`, beyond a few thousand partitions) keeps every
-variable in shards of one batch each (`store.variable_layout`). ``run_batch`` is the only writer
-of its batch's shards. It reads the batch's current values once (done partitions keep theirs),
+variable in chunks of one batch each (`store.variable_layout`). ``run_batch`` is the only writer
+of its batch's chunks. It reads the batch's current values once (done partitions keep theirs),
 marks the partitions it will run as started (one write), computes them one after another into
 memory and flushes, every ``FLUSH_SECONDS`` and at the end: outputs -> started/finished -> status,
-each one whole-shard write, status last. So the commit rule is the one of `execute.run_partition`:
+each one whole-chunk write, status last. So the commit rule is the one of `execute.run_partition`:
 a partition is done when, and only when, its status says so, and its outputs were written
 before. A batch killed mid-way keeps every partition flushed before; its rerun (a Prefect retry,
-or the next run) computes only the partitions whose status is not done, and rewrites its shards
+or the next run) computes only the partitions whose status is not done, and rewrites its chunks
 with the same numbers (randomness depends only on seed, cell and trajectory: `seeds.py`). zarr's
-local store replaces a shard atomically (temporary file, then rename), so a kill during a flush
-leaves the shard as it was.
+local store replaces a chunk atomically (temporary file, then rename), so a kill during a flush
+leaves the chunk as it was.
 
 A partition that raises keeps its error beside the store (`failures.py`) and is marked failed;
 the batch goes on with the others and raises at the end, naming the failed ones, so that the
@@ -53,7 +53,7 @@ class BatchError(RuntimeError):
 def run_batch(sweep: SweepBase, store: str | Path, batch: int, failed_only: bool = False,
               flush_seconds: float = FLUSH_SECONDS) -> list[PartitionResult]:
     """Compute and store the partitions of `batch` that are not done (only the failed ones
-    with failed_only), flushing whole shards; raises BatchError if any failed."""
+    with failed_only), flushing whole chunks; raises BatchError if any failed."""
     plan = Plan(sweep)
     shape = store_batch_shape(store)
     if math.prod(shape) == 1:  # one chunk per partition: the layout of every small store

@@ -12,10 +12,10 @@ costs no memory until partitions are asked for.
 Batches (large sweeps). Beyond ``BATCH_ABOVE`` partitions, one task per partition costs more in
 orchestration than trivial partitions cost to compute, and one file per partition and variable
 overwhelms the file system. Partitions are then grouped into batches: rectangles of the
-(grid axes..., block) index space, of `batch_shape`, the same rectangles as the store's shards
-(`store.variable_layout`), so a batch is one task, one writer, and writes whole shards that no
+(grid axes..., block) index space, of `batch_shape`, the same rectangles as the store's chunks
+(`store.variable_layout`), so a batch is one task, one writer, and writes whole chunks that no
 other batch touches. Completion stays per partition (`status`). The batch shape is a property of
-the store (its shards), fixed when the store is created (`default_batch_shape`); below the
+the store (its chunks), fixed when the store is created (`default_batch_shape`); below the
 threshold it is all ones: a batch is one partition and the store is exactly as before.
 
 >>> from tokensweep.pipeline.spec import Grid, load_sweep
@@ -43,10 +43,10 @@ from .spec import SweepBase
 
 
 # Batching: above this many partitions; then at most about MAX_BATCHES batches (tasks) per sweep,
-# each shard at most SHARD_BYTES (a flush rewrites a batch's shards whole)
+# each chunk at most CHUNK_BYTES (a flush rewrites a batch's chunks whole)
 BATCH_ABOVE = 4096
 MAX_BATCHES = 512
-SHARD_BYTES = 64 * 2**20
+CHUNK_BYTES = 64 * 2**20
 
 
 class Partition(NamedTuple):
@@ -143,10 +143,10 @@ class Plan:
 
 
 def default_batch_shape(sweep: SweepBase, partition_bytes: int = 0) -> tuple[int, ...]:
-    """The batch (and shard) shape a new store of `sweep` gets, over (grid axes..., block).
+    """The batch (and chunk) shape a new store of `sweep` gets, over (grid axes..., block).
 
     All ones up to BATCH_ABOVE partitions. Beyond, about len(plan) / MAX_BATCHES partitions
-    (at most SHARD_BYTES / partition_bytes), filled from the last dimension: whole trailing
+    (at most CHUNK_BYTES / partition_bytes), filled from the last dimension: whole trailing
     dimensions first, then an even split of the next one, so batches are compact in plan order.
 
     >>> from tokensweep.pipeline.spec import Grid, load_sweep
@@ -161,7 +161,7 @@ def default_batch_shape(sweep: SweepBase, partition_bytes: int = 0) -> tuple[int
         return tuple(shape)
     size = -(-len(plan) // MAX_BATCHES)
     if partition_bytes:
-        size = max(1, min(size, SHARD_BYTES // partition_bytes))
+        size = max(1, min(size, CHUNK_BYTES // partition_bytes))
     for dim in reversed(range(len(shape))):
         n = plan.index_shape[dim]
         if size >= n:

@@ -2,7 +2,9 @@
 
 Layout: every output of the model is a variable over (grid axes..., [t,] traj), chunked
 one cell by ``partition_traj`` trajectories, so a partition writes whole chunks that no
-other partition touches. ``status`` (pending / done / failed) over (grid axes...,
+other partition touches. Beyond a few thousand partitions, every variable is chunked by batch
+of partitions instead (`variable_layout`, `plan.default_batch_shape`): a batch has one writer
+(`batch.py`); the batch shape is read back from the store (`store_batch_shape`). ``status`` (pending / done / failed) over (grid axes...,
 block) says which partitions are complete; a partition writes it last, after its
 outputs and its timing, so a partition killed mid-write stays pending. The store's
 attributes hold the full spec (as JSON), the seeding scheme and the versions of the
@@ -128,36 +130,34 @@ def template(sweep: SweepBase) -> xr.Dataset:
 
 def variable_layout(sweep: SweepBase, dims: tuple[str, ...], shape: tuple[int, ...],
                     batch_shape: tuple[int, ...]) -> dict:
-    """The zarr encoding of a variable over `dims`: one chunk per partition (one cell, every
-    other dimension whole, ``partition_traj`` trajectories, one block); for a batched store
-    (`plan.default_batch_shape` not all ones) those chunks sit in shards of one batch each, so
-    a batch writes whole shards and no shard has two writers.
+    """The zarr chunks of a variable over `dims`: one chunk per batch of partitions
+    (`plan.default_batch_shape`; every other dimension whole), so no chunk has two writers.
+
+    Without batches (every store up to a few thousand partitions) a chunk is one partition: one
+    cell, ``partition_traj`` trajectories, one block. A batch's chunk is not split into one
+    inner chunk per partition (zarr v3 sharding): zarr 3.1 decodes every inner chunk on its own,
+    ~0.7 ms each, so reading the 1-byte statuses of 2*10^4 partitions took 14 s sharded and 0.8 s
+    with one chunk per batch (`benchmarks/bench_flow.py`).
 
     >>> from tokensweep.pipeline.spec import load_sweep
     >>> sweep = load_sweep("quickstart")  # 400 trajectories, 200 per partition
     >>> variable_layout(sweep, ("beta", "d", "n", "t", "traj"), (7, 8, 1, 5, 400), (1, 1, 1, 1))
     {'chunks': (1, 1, 1, 5, 200)}
     >>> variable_layout(sweep, ("beta", "d", "n", "t", "traj"), (7, 8, 1, 5, 400), (1, 8, 1, 2))
-    {'chunks': (1, 1, 1, 5, 200), 'shards': (1, 8, 1, 5, 400)}
+    {'chunks': (1, 8, 1, 5, 400)}
     """
     axes = list(sweep.axes)
-    chunks, shards = [], []
+    chunks = []
     for dim, size in zip(dims, shape):
         if dim in axes:
-            chunks.append(1)
-            shards.append(batch_shape[axes.index(dim)])
+            chunks.append(batch_shape[axes.index(dim)])
         elif dim == "block":
-            chunks.append(1)
-            shards.append(batch_shape[-1])
+            chunks.append(batch_shape[-1])
         elif dim == "traj":
-            chunks.append(sweep.partition_traj)
-            shards.append(batch_shape[-1] * sweep.partition_traj)
+            chunks.append(batch_shape[-1] * sweep.partition_traj)
         else:  # checkpoints and any other dimension of an output: whole in every chunk
             chunks.append(size)
-            shards.append(size)
-    if all(s == 1 for s in batch_shape):
-        return {"chunks": tuple(chunks)}
-    return {"chunks": tuple(chunks), "shards": tuple(shards)}
+    return {"chunks": tuple(chunks)}
 
 
 def partition_bytes(sweep: SweepBase) -> int:
@@ -168,7 +168,7 @@ def partition_bytes(sweep: SweepBase) -> int:
 
 
 def store_batch_shape(path: str | Path) -> tuple[int, ...]:
-    """The batch shape of an existing store, over (grid axes..., block): the shards of its
+    """The batch shape of an existing store, over (grid axes..., block): the chunks of its
     ``status`` (all ones for a store of one chunk per partition, every store before batches)."""
     import zarr
 

@@ -1,7 +1,7 @@
-"""Stores of many partitions: batches of partitions written as whole zarr shards.
+"""Stores of many partitions: batches of partitions written as whole zarr chunks.
 
 The batching threshold is forced low (``plan.BATCH_ABOVE``, ``plan.MAX_BATCHES``) so that small
-grids are batched. Checked: the batches tile the partitions, one batch = one shard of every
+grids are batched. Checked: the batches tile the partitions, one batch = one chunk of every
 variable; a batched run, in any batch order, equals an unbatched run bit for bit; a batch resumes
 per partition after a failure or a kill mid-batch; `status` of a store of 2*10^4 partitions reads
 a few hundred files, right in plan order. The slow test runs a batched sweep through the real
@@ -103,9 +103,11 @@ def test_batched_equals_unbatched_in_any_order(low_threshold, reference_store, t
     sweep, store = batched_store(tmp_path)
     shape = store_batch_shape(store)
     assert shape == (1, 3, 1, 3)
-    for name in (*OUTPUT_VARS, "status", "started", "finished"):  # every variable: batch-aligned shards
-        array = zarr.open_group(str(store), mode="r")[name]
-        assert array.shards is not None, name
+    group = zarr.open_group(str(store), mode="r")
+    for name in (*OUTPUT_VARS, "status", "started", "finished"):  # every variable: batch-aligned chunks
+        dims, chunks = group[name].metadata.dimension_names, group[name].chunks
+        assert chunks[dims.index("d")] == 3 and chunks[dims.index("beta")] == 1, (name, chunks)
+        assert chunks[-1] == (3 if name in ("status", "started", "finished") else 15), (name, chunks)
     plan = Plan(sweep)
     batches = sorted(plan.batches_of(range(len(plan)), shape), reverse=True)
     for b in batches:
@@ -116,7 +118,7 @@ def test_batched_equals_unbatched_in_any_order(low_threshold, reference_store, t
     # a rerun computes nothing and changes nothing
     assert all(r.skipped for b in batches for r in run_batch(sweep, store, b))
     files = sum(len(f) for _, _, f in os.walk(store))
-    assert files < 60, files  # 9 variables x 2 shards + metadata, vs 9 x 18 chunks unbatched
+    assert files < 60, files  # 9 variables x 2 chunks + metadata, vs 9 x 18 chunks unbatched
 
 
 def test_a_failed_partition_is_redone_alone(low_threshold, reference_store, tmp_path, monkeypatch):
@@ -173,7 +175,7 @@ def test_a_batch_killed_mid_way_keeps_what_it_flushed(low_threshold, reference_s
 
 
 def test_status_of_twenty_thousand_partitions(tmp_path):
-    """A store past the real threshold: `tokensweep status` reads one shard per batch, and the
+    """A store past the real threshold: `tokensweep status` reads one chunk per batch, and the
     counts and the failed partition it names are those written."""
     spec = {**SPEC, "grid": {"beta": {"start": 0.0, "stop": 3.0, "num": 100},
                              "d": list(range(2, 202)), "n": 2}, "trajectories": 1}
