@@ -153,20 +153,24 @@ def default_batch_shape(sweep: SweepBase, partition_bytes: int = 0) -> tuple[int
     >>> sweep = load_sweep("quickstart").model_copy(update={
     ...     "grid": Grid(beta=list(range(1000)), d=list(range(2, 202)), n=2), "trajectories": 1})
     >>> default_batch_shape(sweep), len(Plan(sweep))
-    ((1, 200, 1, 1), 200000)
+    ((2, 200, 1, 1), 200000)
+    >>> sweep = sweep.model_copy(update={"grid": Grid(beta=list(range(1000)), d=list(range(2, 1002)), n=2)})
+    >>> default_batch_shape(sweep)  # 512 batches of 2000 partitions (the last of 1000)
+    (2, 1000, 1, 1)
     """
     plan = Plan(sweep)
     shape = [1] * len(plan.index_shape)
     if len(plan) <= BATCH_ABOVE:
         return tuple(shape)
-    size = -(-len(plan) // MAX_BATCHES)
+    size = len(plan) / MAX_BATCHES
     if partition_bytes:
-        size = max(1, min(size, CHUNK_BYTES // partition_bytes))
+        size = max(1.0, min(size, CHUNK_BYTES / partition_bytes))
     for dim in reversed(range(len(shape))):
         n = plan.index_shape[dim]
         if size >= n:
-            shape[dim], size = n, size // n
+            shape[dim], size = n, size / n
             continue
-        shape[dim] = -(-n // -(-n // size))  # `size` or less, splitting the dimension evenly
+        pieces = max(1, round(n / size))  # split the dimension evenly, as near `size` as can be
+        shape[dim] = -(-n // pieces)
         break
     return tuple(shape)
