@@ -205,26 +205,30 @@ def test_status_of_twenty_thousand_partitions(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_batched_flow_with_a_failure_resumes(low_threshold, reference_store, prefect_server,
-                                            tmp_path, monkeypatch):
-    """Through run_sweep (Prefect on a real 2-worker LocalCluster): partition 7 fails in every
-    attempt, the flow fails naming its batch, every other partition is stored; the rerun
-    without the fault computes exactly partition 7, and the cube equals the unbatched one."""
-    from tokensweep.flows.run import run_sweep
+                                            tmp_path, write_spec, cli):
+    """`tokensweep run` (Prefect, a real 2-worker LocalCluster) on a store created batched:
+    partition 7 fails in every attempt, the run fails naming its batch, every other partition
+    is stored; the rerun without the fault computes exactly partition 7, and the cube equals
+    the unbatched one. (The store is created here, where the threshold is forced low; the CLI
+    resumes it with the layout the store holds.)"""
     from tokensweep.pipeline.testing import FAIL_PARTITIONS_FILE_ENV
 
+    sweep, store = batched_store(tmp_path, "flow.zarr")
+    assert store_batch_shape(store) == (1, 3, 1, 3)
+    spec = write_spec(SPEC)
     switch = tmp_path / "fail"
     switch.write_text("7")
-    monkeypatch.setenv(FAIL_PARTITIONS_FILE_ENV, str(switch))  # the workers inherit it
-    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
-    store = tmp_path / "flow.zarr"
-    with pytest.raises(RuntimeError, match=r"1 batch\(es\) failed .*partition 7 "):
-        run_sweep(SPEC, str(store), workers=2, progress=False)
-    assert store_batch_shape(store) == (1, 3, 1, 3)
+    env = {FAIL_PARTITIONS_FILE_ENV: str(switch)}  # the workers inherit it
+    broken = cli("run", spec, "--store", store, "--workers", "2", "--no-progress", env_extra=env)
+    assert broken.returncode != 0
+    output = broken.stdout + broken.stderr
+    assert "1 batch(es) failed" in output and "partition 7 (beta=0.5 d=5 n=2 traj=5:10)" in output, output
     status = read_status(store)
     assert status[7] == FAILED and (np.delete(status, 7) == DONE).all()
 
     switch.write_text("")
-    summary = run_sweep(SPEC, str(store), workers=2, progress=False)
-    assert summary["computed"] == 1 and summary["failed"] == 0
+    fixed = cli("run", spec, "--store", store, "--workers", "2", "--no-progress", env_extra=env)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "computed 1 of 18 partitions" in fixed.stdout, fixed.stdout
     assert (read_status(store) == DONE).all()
     assert_same_numbers(store, reference_store)
