@@ -85,18 +85,18 @@ def test_batches_tile_the_partitions(low_threshold):
 
 def test_million_partitions_plan_in_a_second():
     """The planner at 10^6 partitions: a batch shape of <= 2 * MAX_BATCHES batches, the pending
-    partitions grouped by batch, in well under a second and without per-partition objects."""
+    partitions grouped by batch, in under a second of CPU, without per-partition objects."""
     spec = {**SPEC, "grid": {"beta": {"start": 0.0, "stop": 3.0, "num": 1000},
                              "d": list(range(2, 1002)), "n": 2}, "trajectories": 1}
     sweep = parse_sweep(spec)
     plan = Plan(sweep)
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: the machine may be shared
     shape = default_batch_shape(sweep)
     groups = plan.batches_of(np.arange(len(plan)), shape)
-    seconds = time.perf_counter() - started
+    seconds = time.process_time() - started
     assert len(plan) == 10**6 and len(groups) <= 2 * plan_module.MAX_BATCHES
     assert sum(len(g) for g in groups.values()) == 10**6
-    assert seconds < 5, seconds  # ~0.2 s on a quiet core
+    assert seconds < 5, seconds  # ~0.3 s of CPU
 
 
 def test_batched_equals_unbatched_in_any_order(low_threshold, reference_store, tmp_path):
