@@ -1,13 +1,23 @@
 """Flow overhead, strong scaling and planner cost of tokensweep sweeps (numbers, not pass/fail).
 
-    $ python benchmarks/bench_flow.py              # all of it (~3 min on 2 quiet cores)
-    $ python benchmarks/bench_flow.py planner      # one part: overhead | scaling | planner
+    $ python benchmarks/bench_flow.py              # all of it (~15 min on 2 quiet cores)
+    $ python benchmarks/bench_flow.py planner      # one part: overhead | scaling | planner |
+                                                   #   status | large
 
 * overhead: the sweep flow on a store whose partitions are all done (what a Retry or a
   resume costs when nothing is left), and a 100-partition sweep of trivial partitions:
   wall time against the kernel time summed from the store's started/finished.
 * scaling: a CPU-bound sweep on a 1-worker and on a 2-worker LocalCluster (target >= 1.8x).
-* planner: a 10^6-cell grid is planned and its store initialised (< 30 s, < 1 GiB).
+* planner: a 10^6-cell grid is planned, its store initialised and its pending partitions
+  grouped into tasks (< 30 s, < 1 GiB).
+* status: `tokensweep status` of a store whose partitions are all done (statuses and timings
+  written straight through zarr), before (one chunk per partition, forced, at 10^4 partitions,
+  extrapolated) and after (batched chunks, at 10^6, target < 10 s); files per store.
+* large: a sweep of trivial partitions (T 0.1, 100 layers, 1 trajectory: ~1 ms each) on 2
+  workers, before (one task per partition, forced, 200 partitions) and after (batched, 10^5
+  partitions, target: overhead < 10 % of kernel time); files per store.
+  Overhead = wall - report - kernel / 2 (kernel: started->finished summed from the store; for a
+  batch that is the kernel alone, for an unbatched partition it also holds its output writes).
 
 Clusters are started once per measurement and passed by address, so their start-up is
 not counted. Prefect runs against a server of its own (temporary PREFECT_HOME) unless
@@ -16,6 +26,8 @@ PREFECT_API_URL is set. Run it on a quiet machine: the load average is printed.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import resource
 import subprocess
@@ -41,6 +53,37 @@ CPU_BOUND = {**BASE, "name": "cpu", "grid": {"beta": [0.5, 1.0, 1.5, 2.0], "d": 
 MILLION = {**BASE, "name": "million", "grid": {"beta": {"start": 0.0, "stop": 3.0, "num": 1000},
                                                "d": list(range(2, 1002)), "n": 2},
            "time": {"T": 1.0, "layers": 10, "checkpoints": 2}, "trajectories": 100}
+
+
+# trivial partitions for the large sweep: 500 x 200 cells x 1 trajectory = 10^5 partitions
+LARGE = {**BASE, "name": "large", "grid": {"beta": {"start": 0.0, "stop": 3.0, "num": 500},
+                                           "d": list(range(2, 202)), "n": 2},
+         "time": {"T": 0.1, "layers": 100, "checkpoints": 1}, "trajectories": 1}
+LARGE_BEFORE = {**LARGE, "grid": {**LARGE["grid"], "beta": 1.0}}  # 200 partitions
+# the status benchmark: beta x d cells, 1 trajectory each
+STATUS_SPEC = {**BASE, "name": "status", "time": {"T": 0.1, "layers": 10, "checkpoints": 1},
+               "trajectories": 1}
+
+
+def status_spec(partitions: int) -> dict:
+    return {**STATUS_SPEC, "grid": {"beta": {"start": 0.0, "stop": 3.0, "num": 1000},
+                                    "d": list(range(2, 2 + partitions // 1000)), "n": 2}}
+
+
+@contextlib.contextmanager
+def unbatched():
+    """Today's layout and tasks before batches: one chunk and one task per partition."""
+    from tokensweep.pipeline import plan
+
+    saved, plan.BATCH_ABOVE = plan.BATCH_ABOVE, 10**12
+    try:
+        yield
+    finally:
+        plan.BATCH_ABOVE = saved
+
+
+def count_files(path: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(path))
 
 
 def sweep_on(spec: dict, store: Path, workers: int) -> tuple[float, dict]:
@@ -100,6 +143,70 @@ def scaling(folder: Path) -> None:
     print(f"scaling: speed-up 1 -> 2 workers: {times[1] / times[2]:.2f}x (target >= 1.8x)")
 
 
+def status(folder: Path) -> None:
+    """`tokensweep status` on a store of all-done partitions: unbatched 10^4, batched 10^6."""
+    before = status_of(folder / "before.zarr", 10_000, batched=False)
+    after = status_of(folder / "after.zarr", 1_000_000, batched=True)
+    print(f"status: before (one chunk per partition) extrapolated to 10^6 partitions: "
+          f"{before * 100:.0f} s; after (batched): {after:.1f} s (target < 10 s)")
+
+
+def status_of(store: Path, partitions: int, batched: bool) -> float:
+    import zarr
+
+    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.store import prepare_store
+
+    sweep = parse_sweep(status_spec(partitions), store=str(store))
+    with contextlib.nullcontext() if batched else unbatched():
+        prepare_store(sweep, store)
+    started = time.perf_counter()
+    group = zarr.open_group(str(store), mode="r+", use_consolidated=False)
+    for name, value in (("started", 1.7e9), ("finished", 1.7e9 + 1.0), ("status", 1)):
+        group[name][...] = value
+    written = time.perf_counter() - started
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    out = subprocess.run(["tokensweep", "status", str(store)], capture_output=True, text=True,
+                         check=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    chunks = group["status"].chunks
+    print(f"status: {partitions:,} partitions, {'batched' if batched else 'unbatched'} (status "
+          f"chunks {chunks}): `tokensweep status` {wall:.1f} s wall, "
+          f"{after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime:.1f} s CPU "
+          f"({out.stdout.splitlines()[0]}); {count_files(store):,} files "
+          f"(statuses and timings only; written in {written:.0f} s)")
+    return wall
+
+
+def large(folder: Path) -> None:
+    """A large sweep of trivial partitions: batched on 10^5, unbatched on 200."""
+    after = large_sweep(folder / "after.zarr", LARGE, "after, batched")
+    with unbatched():
+        before = large_sweep(folder / "before.zarr", LARGE_BEFORE, "before, unbatched")
+    print(f"large: overhead per partition {before * 1e3:.2f} ms before, {after * 1e3:.3f} ms after")
+
+
+def large_sweep(store: Path, spec: dict, what: str) -> float:
+    from tokensweep.pipeline.report import write_report
+    from tokensweep.pipeline.store import open_cube, store_batch_shape
+
+    wall, summary = sweep_on(spec, store, workers=2)
+    kernel = kernel_seconds(store)
+    started = time.perf_counter()
+    with open_cube(store) as ds:  # the report the flow wrote, timed again here
+        write_report(ds, store.with_suffix(".report-again"))
+    report = time.perf_counter() - started
+    n = summary["partitions"]
+    overhead = wall - report - kernel / 2
+    print(f"large ({what}): {n:,} partitions in tasks of {math.prod(store_batch_shape(store))}, "
+          f"2 workers: wall {wall:.1f} s = report {report:.1f} s + kernel/2 {kernel / 2:.1f} s "
+          f"+ overhead {overhead:.1f} s ({100 * overhead / kernel:.1f} % of kernel {kernel:.1f} s; "
+          f"{1e3 * overhead / n:.2f} ms per partition); {count_files(store):,} files in the store")
+    return overhead / n
+
+
 def planner(folder: Path) -> None:
     """Run in a child process so that its peak memory is its own."""
     out = subprocess.run([sys.executable, __file__, "_planner_child", str(folder)],
@@ -108,9 +215,10 @@ def planner(folder: Path) -> None:
 
 
 def _planner_child(folder: Path) -> None:
+    from tokensweep.pipeline.execute import pending_partitions
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.spec import parse_sweep
-    from tokensweep.pipeline.store import prepare_store
+    from tokensweep.pipeline.store import prepare_store, store_batch_shape
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     tracemalloc.start()
@@ -121,18 +229,22 @@ def _planner_child(folder: Path) -> None:
     planned = time.perf_counter()
     prepare_store(sweep, folder / "million.zarr")
     done = time.perf_counter()
+    tasks = plan.batches_of(pending_partitions(sweep, folder / "million.zarr"),
+                            store_batch_shape(folder / "million.zarr"))
+    grouped = time.perf_counter()
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"planner: {sweep.n_cells:,} cells, {len(plan):,} partitions (last {plan.label(last)}): "
           f"plan {planned - started:.3f} s, store initialised {done - planned:.1f} s "
-          f"(target < 30 s); traced peak {peak:.0f} MiB, max RSS {rss:.0f} MiB "
+          f"(target < 30 s), {len(tasks)} tasks from the pending partitions in "
+          f"{grouped - done:.1f} s; traced peak {peak:.0f} MiB, max RSS {rss:.0f} MiB "
           f"({rss_before:.0f} MiB after imports; target < 1024 MiB)")
 
 
 def main(parts: list[str]) -> None:
     if parts[:1] == ["_planner_child"]:
         return _planner_child(Path(parts[1]))
-    parts = parts or ["overhead", "scaling", "planner"]
+    parts = parts or ["overhead", "scaling", "planner", "status", "large"]
     from tokensweep.flows.server import ensure_server, stop_server
 
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
@@ -141,7 +253,8 @@ def main(parts: list[str]) -> None:
     try:
         for part in parts:
             with tempfile.TemporaryDirectory(dir=HOME) as folder:
-                {"overhead": overhead, "scaling": scaling, "planner": planner}[part](Path(folder))
+                {"overhead": overhead, "scaling": scaling, "planner": planner, "status": status,
+                 "large": large}[part](Path(folder))
     finally:
         if own_server:
             stop_server()

@@ -1,7 +1,8 @@
 """The Prefect ``sweep`` flow: wiring only, every step is one pipeline call.
 
 validate -> lock -> prepare store (create, resume or grow) -> plan -> one task per
-partition not yet done (on whatever
+partition not yet done, or, for a batched store (more than a few thousand partitions), one task
+per batch holding such partitions (`pipeline/batch.py`) (on whatever
 task runner the caller chose, a DaskTaskRunner by default) -> report. Tasks are
 idempotent (the store's status decides), so a rerun of the flow, from the CLI or the
 UI's Retry, only computes partitions that are not done. Tasks neither cache nor persist
@@ -19,10 +20,12 @@ from prefect.cache_policies import NONE
 from prefect.futures import as_completed
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..pipeline.batch import run_batch
 from ..pipeline.execute import pending_partitions, run_partition
 from ..pipeline.plan import Plan
 from ..pipeline.spec import parse_sweep
-from ..pipeline.store import FAILED, open_cube, prepare_store, read_status, record_provenance
+from ..pipeline.store import (FAILED, open_cube, prepare_store, read_status, record_provenance,
+                              store_batch_shape)
 from .flow_lock import flow_lock
 
 PARTITION_RETRIES = 2
@@ -38,6 +41,18 @@ PARTITION_RETRIES = 2
 )
 def partition_task(spec: dict, store: str, index: int, label: str) -> dict:
     return asdict(run_partition(parse_sweep(spec), store, index))
+
+
+@task(
+    name="batch",
+    task_run_name="{label}",
+    retries=PARTITION_RETRIES,
+    retry_delay_seconds=1,
+    cache_policy=NONE,
+    persist_result=False,
+)
+def batch_task(spec: dict, store: str, batch: int, label: str, failed_only: bool) -> list[dict]:
+    return [asdict(r) for r in run_batch(parse_sweep(spec), store, batch, failed_only)]
 
 
 @task(name="report", cache_policy=NONE)
@@ -68,13 +83,14 @@ def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool
             todo = pending_partitions(sweep, store)
         logger.info("%s store %s: %d of %d partitions to run", created, store, len(todo), len(plan))
         computed, failed, hosts = _run_partitions(sweep.model_dump(mode="json"), store, plan, todo,
-                                                  progress)
+                                                  progress, failed_only)
         record_provenance(store, hosts)
 
     summary = {"store": store, "partitions": len(plan), "computed": computed, "failed": len(failed)}
     if failed:
         raise RuntimeError(
-            f"{len(failed)} partition(s) failed after {PARTITION_RETRIES} retries; "
+            f"{len(failed)} {'batch(es)' if failed[0].startswith('batch') else 'partition(s)'} "
+            f"failed after {PARTITION_RETRIES} retries; "
             f"rerun the same command (or Retry the flow run) to redo only those:\n  "
             + "\n  ".join(failed)
         )
@@ -82,22 +98,40 @@ def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool
     return summary
 
 
-def _run_partitions(spec: dict, store: str, plan: Plan, todo: list[int], progress: bool):
-    futures = [partition_task.submit(spec, store, i, plan.label(plan[i])) for i in todo]
-    index_of = {f.task_run_id: i for f, i in zip(futures, todo)}
+def _submit(spec: dict, store: str, plan: Plan, todo: list[int], failed_only: bool) -> dict:
+    """One task per partition, or per batch of a batched store: {task run id: (future, what it
+    runs (a line for errors), how many partitions)}."""
+    shape = store_batch_shape(store)
+    if all(s == 1 for s in shape):
+        futures = {i: partition_task.submit(spec, store, i, plan.label(plan[i])) for i in todo}
+        return {f.task_run_id: (f, f"partition {i} ({plan.label(plan[i])})", 1)
+                for i, f in futures.items()}
+    tasks = {}
+    for batch, members in plan.batches_of(todo, shape).items():
+        first, last = plan[int(members[0])], plan[int(members[-1])]
+        label = f"batch {batch}: {plan.label(first)} .. {plan.label(last)} ({len(members)})"
+        future = batch_task.submit(spec, store, batch, label, failed_only)
+        tasks[future.task_run_id] = (future, label, len(members))
+    return tasks
+
+
+def _run_partitions(spec: dict, store: str, plan: Plan, todo: list[int], progress: bool,
+                    failed_only: bool = False):
+    tasks = _submit(spec, store, plan, todo, failed_only)
     computed, failed, hosts = 0, [], set()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     # stderr is not redirected above the bar: the CLI sends it (Prefect's and Dask's logs) to STORE.log
     with Progress(*columns, disable=not progress, redirect_stderr=False) as bar:
-        tracker = bar.add_task(spec["name"], total=len(futures))
-        for future in as_completed(futures):
+        tracker = bar.add_task(spec["name"], total=len(todo))
+        for future in as_completed([f for f, _, _ in tasks.values()]):
+            _, what, count = tasks[future.task_run_id]
             try:
                 result = future.result()
-                computed += not result["skipped"]
-                if not result["skipped"]:
-                    hosts.add(result["host"])
+                for one in result if isinstance(result, list) else [result]:
+                    computed += not one["skipped"]
+                    if not one["skipped"]:
+                        hosts.add(one["host"])
             except Exception as exc:  # listed below; the other partitions go on
-                index = index_of[future.task_run_id]
-                failed.append(f"partition {index} ({plan.label(plan[index])}): {exc}")
-            bar.advance(tracker)
+                failed.append(f"{what}: {exc}")
+            bar.advance(tracker, count)
     return computed, failed, hosts

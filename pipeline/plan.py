@@ -9,6 +9,15 @@ partitions ever write the same chunk, and its completion is one element of the
 The plan is pure arithmetic over the partition number: a grid of millions of cells
 costs no memory until partitions are asked for.
 
+Batches (large sweeps). Beyond ``BATCH_ABOVE`` partitions, one task per partition costs more in
+orchestration than trivial partitions cost to compute, and one file per partition and variable
+overwhelms the file system. Partitions are then grouped into batches: rectangles of the
+(grid axes..., block) index space, of `batch_shape`, the same rectangles as the store's chunks
+(`store.variable_layout`), so a batch is one task, one writer, and writes whole chunks that no
+other batch touches. Completion stays per partition (`status`). The batch shape is a property of
+the store (its chunks), fixed when the store is created (`default_batch_shape`); below the
+threshold it is all ones: a batch is one partition and the store is exactly as before.
+
 >>> from tokensweep.pipeline.spec import Grid, load_sweep
 >>> sweep = load_sweep("quickstart").model_copy(update={"grid": Grid(beta=[0.5, 1.0], d=4, n=2),
 ...     "trajectories": 10, "partition_traj": 4})
@@ -25,11 +34,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
 
 from .spec import SweepBase
+
+
+# Batching: above this many partitions; then at most about MAX_BATCHES batches (tasks) per sweep,
+# each chunk at most CHUNK_BYTES (a flush rewrites a batch's chunks whole)
+BATCH_ABOVE = 4096
+MAX_BATCHES = 512
+CHUNK_BYTES = 64 * 2**20
 
 
 class Partition(NamedTuple):
@@ -44,16 +61,21 @@ class Partition(NamedTuple):
 class Plan:
     sweep: SweepBase
 
-    @property
+    @cached_property  # the spec builds its axes on every access: a batch asks per partition
     def grid_shape(self) -> tuple[int, ...]:
         return tuple(len(v) for v in self.sweep.axes.values())
 
-    @property
+    @cached_property
     def n_blocks(self) -> int:
         return math.ceil(self.sweep.trajectories / self.sweep.partition_traj)
 
+    @property
+    def index_shape(self) -> tuple[int, ...]:
+        """Shape of the partition index space (grid axes..., block): the `status` array's."""
+        return (*self.grid_shape, self.n_blocks)
+
     def __len__(self) -> int:
-        return math.prod(self.grid_shape) * self.n_blocks
+        return math.prod(self.index_shape)
 
     def __getitem__(self, index: int) -> Partition:
         if not 0 <= index < len(self):
@@ -85,7 +107,70 @@ class Plan:
         region["block"] = slice(part.block, part.block + 1)
         return region
 
+    def batch_grid(self, batch_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """How many batches along each dimension of the index space."""
+        return tuple(-(-n // s) for n, s in zip(self.index_shape, batch_shape))
+
+    def batches_of(self, indices, batch_shape: tuple[int, ...]) -> dict[int, np.ndarray]:
+        """Group partition numbers by batch: {batch number: its partitions, in plan order}."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if not len(indices):
+            return {}
+        where = np.unravel_index(indices, self.index_shape)
+        batch = np.ravel_multi_index([w // s for w, s in zip(where, batch_shape)],
+                                     self.batch_grid(batch_shape))
+        order = np.argsort(batch, kind="stable")
+        starts = np.flatnonzero(np.diff(batch[order], prepend=-1))
+        groups = np.split(indices[order], starts[1:])
+        return {int(batch[order][s]): g for s, g in zip(starts, groups)}
+
+    def batch_region(self, batch: int, batch_shape: tuple[int, ...]) -> tuple[slice, ...]:
+        """A batch's rectangle in the (grid axes..., block) index space."""
+        corner = np.unravel_index(batch, self.batch_grid(batch_shape))
+        return tuple(slice(int(c) * s, min((int(c) + 1) * s, n))
+                     for c, s, n in zip(corner, batch_shape, self.index_shape))
+
+    def batch_partitions(self, batch: int, batch_shape: tuple[int, ...]) -> np.ndarray:
+        """Every partition of a batch, in plan order."""
+        ranges = [np.arange(r.start, r.stop) for r in self.batch_region(batch, batch_shape)]
+        return np.sort(np.ravel_multi_index(np.meshgrid(*ranges, indexing="ij"),
+                                            self.index_shape).reshape(-1))
+
     def label(self, part: Partition) -> str:
         """A human-readable name: used for Prefect task runs and error messages."""
         cell = " ".join(f"{k}={v:g}" for k, v in self.coords(part).items())
         return f"{cell} traj={part.traj_start}:{part.traj_stop}"
+
+
+def default_batch_shape(sweep: SweepBase, partition_bytes: int = 0) -> tuple[int, ...]:
+    """The batch (and chunk) shape a new store of `sweep` gets, over (grid axes..., block).
+
+    All ones up to BATCH_ABOVE partitions. Beyond, about len(plan) / MAX_BATCHES partitions
+    (at most CHUNK_BYTES / partition_bytes), filled from the last dimension: whole trailing
+    dimensions first, then an even split of the next one, so batches are compact in plan order.
+
+    >>> from tokensweep.pipeline.spec import Grid, load_sweep
+    >>> sweep = load_sweep("quickstart").model_copy(update={
+    ...     "grid": Grid(beta=list(range(1000)), d=list(range(2, 202)), n=2), "trajectories": 1})
+    >>> default_batch_shape(sweep), len(Plan(sweep))
+    ((2, 200, 1, 1), 200000)
+    >>> sweep = sweep.model_copy(update={"grid": Grid(beta=list(range(1000)), d=list(range(2, 1002)), n=2)})
+    >>> default_batch_shape(sweep)  # 512 batches of 2000 partitions (the last of 1000)
+    (2, 1000, 1, 1)
+    """
+    plan = Plan(sweep)
+    shape = [1] * len(plan.index_shape)
+    if len(plan) <= BATCH_ABOVE:
+        return tuple(shape)
+    size = len(plan) / MAX_BATCHES
+    if partition_bytes:
+        size = max(1.0, min(size, CHUNK_BYTES / partition_bytes))
+    for dim in reversed(range(len(shape))):
+        n = plan.index_shape[dim]
+        if size >= n:
+            shape[dim], size = n, size / n
+            continue
+        pieces = max(1, round(n / size))  # split the dimension evenly, as near `size` as can be
+        shape[dim] = -(-n // pieces)
+        break
+    return tuple(shape)

@@ -3,7 +3,10 @@
 Layout: every output of the model is a variable over (grid axes..., [t,] traj, [trailing...]),
 chunked one cell by ``partition_traj`` trajectories (trailing dimensions, e.g. the ``bin`` of a
 recorded histogram, whole: `recording`), so a partition writes whole chunks that no
-other partition touches. ``status`` (pending / done / failed) over (grid axes...,
+other partition touches. Beyond a few thousand partitions, every variable is chunked by batch
+of partitions instead (`variable_layout`, `plan.default_batch_shape`): a batch has one writer
+(`batch.py`); the batch shape is read back from the store (`store_batch_shape`). ``status``
+(pending / done / failed) over (grid axes...,
 block) says which partitions are complete; a partition writes it last, after its
 outputs and its timing, so a partition killed mid-write stays pending. The store's
 attributes hold the full spec (as JSON), the seeding scheme and the versions of the
@@ -39,7 +42,7 @@ import xarray as xr
 
 from .failures import clear_error, errors_dir, read_error, write_error  # noqa: F401 (re-exported)
 from .models import get_model
-from .plan import Partition, Plan
+from .plan import Partition, Plan, default_batch_shape
 from .provenance import code_version, software_versions  # noqa: F401 (re-exported)
 from .recording import declared_outputs, dimension_coords, dimension_sizes
 from .seeds import SEEDING_SCHEME
@@ -79,16 +82,14 @@ def template(sweep: SweepBase) -> xr.Dataset:
     coords = {name: (*value, coord_attrs(name)) for name, value in coords.items()}
 
     variables, encoding = {}, {}
-    cell_chunks = (1,) * len(grid_shape)
     outputs = declared_outputs(get_model(sweep.model), sweep)
     trailing = _trailing_dimensions(sweep, outputs.values(), coords)
+    batch_shape = default_batch_shape(sweep, partition_bytes(sweep))
     for name, out in outputs.items():
         dims = (*axes, "t", "traj") if out.per_checkpoint else (*axes, "traj")
         shape = (*grid_shape, nt, ntraj) if out.per_checkpoint else (*grid_shape, ntraj)
-        chunks = (*cell_chunks, nt, sweep.partition_traj) if out.per_checkpoint else (
-            *cell_chunks, sweep.partition_traj)
         extra = tuple(trailing[dim] for dim in out.extra_dims)
-        dims, shape, chunks = (*dims, *out.extra_dims), (*shape, *extra), (*chunks, *extra)
+        dims, shape = (*dims, *out.extra_dims), (*shape, *extra)
         attrs = {"long_name": out.long_name, "units": out.units}
         if getattr(out, "flag_values", None) is not None:
             attrs["flag_values"] = list(out.flag_values)
@@ -96,13 +97,12 @@ def template(sweep: SweepBase) -> xr.Dataset:
         fill = fill_value(out.dtype)
         variables[name] = (dims, da.full(shape, False if fill is None else fill, dtype=out.dtype,
                                          chunks=-1), attrs)
-        encoding[name] = {"chunks": chunks}
+        encoding[name] = variable_layout(sweep, dims, shape, batch_shape)
         if np.dtype(out.dtype).kind in "iu":  # CF mask on read, and what an unwritten chunk holds
             encoding[name].update(_FillValue=fill, fill_value=fill)
 
     status_dims = (*axes, "block")
     status_shape = (*grid_shape, plan.n_blocks)
-    status_chunks = (1,) * len(status_dims)
     variables["status"] = (status_dims, da.zeros(status_shape, dtype="i1", chunks=-1), {
         "long_name": "partition status", "flag_values": [PENDING, DONE, FAILED],
         "flag_meanings": STATUS_MEANINGS})
@@ -110,7 +110,7 @@ def template(sweep: SweepBase) -> xr.Dataset:
         variables[name] = (status_dims, da.full(status_shape, np.nan, chunks=-1), {
             "long_name": long_name, "units": "seconds since 1970-01-01T00:00:00Z"})
     for name in ("status", "started", "finished"):
-        encoding[name] = {"chunks": status_chunks}
+        encoding[name] = variable_layout(sweep, status_dims, status_shape, batch_shape)
 
     attrs = {
         "title": f"tokensweep cube: {sweep.name}",
@@ -142,6 +142,61 @@ def _trailing_dimensions(sweep: SweepBase, outputs, coords: dict) -> dict[str, i
         coords[dim] = (dim, values, attrs)
     sizes = dimension_sizes(sweep)
     return {dim: sizes[dim] for dim in used}
+
+
+def variable_layout(sweep: SweepBase, dims: tuple[str, ...], shape: tuple[int, ...],
+                    batch_shape: tuple[int, ...]) -> dict:
+    """The zarr chunks of a variable over `dims`: one chunk per batch of partitions
+    (`plan.default_batch_shape`; every other dimension whole), so no chunk has two writers.
+
+    Without batches (every store up to a few thousand partitions) a chunk is one partition: one
+    cell, ``partition_traj`` trajectories, one block. A batch's chunk is not split into one
+    inner chunk per partition (zarr v3 sharding): zarr 3.1 decodes every inner chunk on its own,
+    ~0.7 ms each, so reading the 1-byte statuses of 2*10^4 partitions took 14 s sharded and 0.8 s
+    with one chunk per batch (`benchmarks/bench_flow.py`).
+
+    >>> from tokensweep.pipeline.spec import load_sweep
+    >>> sweep = load_sweep("quickstart")  # 400 trajectories, 200 per partition
+    >>> variable_layout(sweep, ("beta", "d", "n", "t", "traj"), (7, 8, 1, 5, 400), (1, 1, 1, 1))
+    {'chunks': (1, 1, 1, 5, 200)}
+    >>> variable_layout(sweep, ("beta", "d", "n", "t", "traj"), (7, 8, 1, 5, 400), (1, 8, 1, 2))
+    {'chunks': (1, 8, 1, 5, 400)}
+    """
+    axes = list(sweep.axes)
+    chunks = []
+    for dim, size in zip(dims, shape):
+        if dim in axes:
+            chunks.append(batch_shape[axes.index(dim)])
+        elif dim == "block":
+            chunks.append(batch_shape[-1])
+        elif dim == "traj":
+            chunks.append(batch_shape[-1] * sweep.partition_traj)
+        else:  # checkpoints and any other dimension of an output: whole in every chunk
+            chunks.append(size)
+    return {"chunks": tuple(chunks)}
+
+
+def partition_bytes(sweep: SweepBase) -> int:
+    """Bytes of one partition's outputs (what a batch holds in memory per partition)."""
+    nt = len(sweep.time.checkpoint_layers)
+    sizes = dimension_sizes(sweep)
+    return sweep.partition_traj * sum(
+        np.dtype(out.dtype).itemsize * (nt if out.per_checkpoint else 1)
+        * int(np.prod([sizes[dim] for dim in out.extra_dims], dtype=np.int64))
+        for out in declared_outputs(get_model(sweep.model), sweep).values())
+
+
+def store_batch_shape(path: str | Path) -> tuple[int, ...]:
+    """The batch shape of an existing store, over (grid axes..., block): the chunks of its
+    ``status`` (all ones for a store of one chunk per partition, every store before batches)."""
+    import zarr
+
+    try:
+        status = zarr.open_group(str(path), mode="r", use_consolidated=False)["status"]
+        return tuple(int(n) for n in (status.shards or status.chunks))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{path}: cannot read the layout of `status` ({type(err).__name__}: "
+                         f"{err}): {DAMAGED_HINT}") from None
 
 
 def fill_value(dtype):
@@ -304,6 +359,15 @@ def read_partition_table(path: str | Path, name: str) -> np.ndarray:
 
 def write_outputs(path: str | Path, plan: Plan, part: Partition, outputs: dict[str, np.ndarray]) -> None:
     """Write one partition's outputs: exactly one chunk of every output variable."""
+    region = plan.region(part)
+    region["t"] = slice(None)
+    data = partition_dataset(plan, outputs)
+    region.update({dim: slice(None) for dim in data.dims if dim not in region})  # trailing: whole
+    data.to_zarr(path, region=region, mode="r+", consolidated=False)
+
+
+def partition_dataset(plan: Plan, outputs: dict[str, np.ndarray]) -> xr.Dataset:
+    """One partition's outputs as stored: every variable with the store's dims, cell axes of 1."""
     ndim = len(plan.grid_shape)
     variables = {}
     declared = declared_outputs(get_model(plan.sweep.model), plan.sweep)
@@ -314,10 +378,7 @@ def write_outputs(path: str | Path, plan: Plan, part: Partition, outputs: dict[s
         else:
             dims = (*plan.sweep.axes, "traj")
         variables[name] = ((*dims, *spec.extra_dims), values.reshape((1,) * ndim + values.shape))
-    region = plan.region(part)
-    region["t"] = slice(None)
-    region.update({dim: slice(None) for spec in declared.values() for dim in spec.extra_dims})
-    xr.Dataset(variables).to_zarr(path, region=region, mode="r+", consolidated=False)
+    return xr.Dataset(variables)
 
 
 def mark_started(path: str | Path, plan: Plan, part: Partition, started: float) -> None:

@@ -1,0 +1,191 @@
+"""Running a batch: several partitions in one task, written as whole chunks, done per partition.
+
+A batched store (`plan.default_batch_shape`, beyond a few thousand partitions) keeps every
+variable in chunks of one batch each (`store.variable_layout`). ``run_batch`` is the only writer
+of its batch's chunks. It reads the batch's current values once (done partitions keep theirs),
+marks the partitions it will run as started (one write), computes them one after another into
+memory and flushes, every ``FLUSH_SECONDS`` and at the end: outputs -> started/finished -> status,
+each one whole-chunk write, status last. So the commit rule is the one of `execute.run_partition`:
+a partition is done when, and only when, its status says so, and its outputs were written
+before. A batch killed mid-way keeps every partition flushed before; its rerun (a Prefect retry,
+or the next run) computes only the partitions whose status is not done, and rewrites its chunks
+with the same numbers (randomness depends only on seed, cell and trajectory: `seeds.py`). zarr's
+local store replaces a chunk atomically (temporary file, then rename), so a kill during a flush
+leaves the chunk as it was.
+
+A partition that raises keeps its error beside the store (`failures.py`) and is marked failed;
+the batch goes on with the others and raises at the end, naming the failed ones, so that the
+task's retry reruns exactly those.
+
+On a store of one chunk per partition (every store below the threshold, and every store written
+before batches) a batch is one partition, run by `execute.run_partition` as before.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from .execute import PartitionResult, describe_failure, run_partition, simulate_partition
+from .models import get_model
+from .recording import declared_outputs
+from .plan import Plan
+from .spec import SweepBase
+from .store import (DONE, FAILED, clear_error, partition_dataset, store_batch_shape,
+                    write_error)
+from .testing import fault_injector
+
+FLUSH_SECONDS = 30.0  # the most work a killed batch loses (besides the partition it was on)
+
+_inject_fault = fault_injector()
+
+
+class BatchError(RuntimeError):
+    """Partitions of a batch that failed (the others of the batch are stored)."""
+
+
+def run_batch(sweep: SweepBase, store: str | Path, batch: int, failed_only: bool = False,
+              flush_seconds: float = FLUSH_SECONDS) -> list[PartitionResult]:
+    """Compute and store the partitions of `batch` that are not done (only the failed ones
+    with failed_only), flushing whole chunks; raises BatchError if any failed."""
+    plan = Plan(sweep)
+    shape = store_batch_shape(store)
+    if math.prod(shape) == 1:  # one chunk per partition: the layout of every small store
+        return [run_partition(sweep, store, batch)]
+    return _BatchWriter(sweep, plan, str(store), batch, shape).run(failed_only, flush_seconds)
+
+
+class _BatchWriter:
+    """The in-memory copy of one batch's region of every variable, flushed whole."""
+
+    def __init__(self, sweep: SweepBase, plan: Plan, store: str, batch: int, shape: tuple[int, ...]):
+        self.sweep, self.plan, self.store = sweep, plan, store
+        self.region = plan.batch_region(batch, shape)  # over (grid axes..., block)
+        self.partitions = plan.batch_partitions(batch, shape)
+        group = zarr.open_group(store, mode="r+", use_consolidated=False)
+        self.outputs = list(declared_outputs(get_model(sweep.model), sweep))
+        self.arrays = {name: group[name] for name in (*self.outputs, "started", "finished", "status")}
+        self.selection = {name: self._selection(array.metadata.dimension_names)
+                          for name, array in self.arrays.items()}
+        self.values = {"status": self._read("status")}
+
+    def _selection(self, dims) -> tuple[slice, ...]:
+        """The batch's region of a variable over `dims` (raw zarr indexing, no decoding)."""
+        axes = list(self.sweep.axes)
+        blocks = self.region[-1]
+        pt, ntraj = self.sweep.partition_traj, self.sweep.trajectories
+        out = []
+        for dim in dims:
+            if dim in axes:
+                out.append(self.region[axes.index(dim)])
+            elif dim == "block":
+                out.append(blocks)
+            elif dim == "traj":
+                out.append(slice(blocks.start * pt, min(blocks.stop * pt, ntraj)))
+            else:
+                out.append(slice(None))
+        return tuple(out)
+
+    def _read(self, name: str) -> np.ndarray:
+        return np.asarray(self.arrays[name][self.selection[name]])
+
+    def _local(self, index: int) -> tuple[int, ...]:
+        """A partition's position in the batch's (grid axes..., block) region."""
+        where = np.unravel_index(index, self.plan.index_shape)
+        return tuple(int(w) - r.start for w, r in zip(where, self.region))
+
+    def run(self, failed_only: bool, flush_seconds: float) -> list[PartitionResult]:
+        status = self.values["status"]
+        host = socket.gethostname()
+        stored = status[tuple(zip(*map(self._local, self.partitions)))]
+        wanted = stored == FAILED if failed_only else stored != DONE
+        results = [PartitionResult(int(i), self.plan.label(self.plan[int(i)]), skipped=True,
+                                   seconds=0.0, host=host) for i in self.partitions[~wanted]]
+        todo = [int(i) for i in self.partitions[wanted]]
+        if not todo:
+            return results
+        for name in (*self.outputs, "started", "finished"):
+            self.values[name] = self._read(name)
+        now = time.time()
+        for index in todo:  # running: `tokensweep status` counts them as started, not finished
+            self.values["started"][self._local(index)] = now
+        self._write("started")
+        failures, last_flush, dirty = [], time.monotonic(), False
+        for index in todo:
+            result = self._run_one(index, host)
+            dirty = True
+            if isinstance(result, str):
+                failures.append(result)
+            else:
+                results.append(result)
+            if time.monotonic() - last_flush >= flush_seconds:
+                self.flush()
+                last_flush, dirty = time.monotonic(), False
+        if dirty:
+            self.flush()
+        if failures:
+            raise BatchError(f"{len(failures)} of {len(todo)} partition(s) of the batch failed: "
+                             + "; ".join(failures))
+        return results
+
+    def _run_one(self, index: int, host: str) -> PartitionResult | str:
+        """One partition into memory: its result, or a line naming its failure."""
+        part = self.plan[index]
+        label = self.plan.label(part)
+        local = self._local(index)
+        started = time.time()
+        try:
+            if _inject_fault is not None:
+                _inject_fault(index)
+            outputs = simulate_partition(self.sweep, part)
+            self._place(part, local, outputs)
+        except Exception as exc:
+            write_error(self.store, index, {"label": label, "host": host, "pid": os.getpid(),
+                                            "error": describe_failure(exc),
+                                            "traceback": traceback.format_exc(), "at": time.time()})
+            self._set_status(local, FAILED, started, time.time())
+            return f"partition {index} ({label}): {describe_failure(exc)}"
+        finished = time.time()
+        clear_error(self.store, index)
+        self._set_status(local, DONE, started, finished)
+        return PartitionResult(index, label, skipped=False, seconds=finished - started,
+                               nonfinite=int(np.count_nonzero(outputs.get("nonfinite", 0))),
+                               host=host)
+
+    def _set_status(self, local, status: int, started: float, finished: float) -> None:
+        self.values["status"][local] = status
+        self.values["started"][local] = started
+        self.values["finished"][local] = finished
+
+    def _place(self, part, local: tuple[int, ...], outputs: dict[str, np.ndarray]) -> None:
+        """Put a partition's outputs at its place in the batch's arrays (as `write_outputs` would)."""
+        axes = list(self.sweep.axes)
+        offset = part.traj_start - self.region[-1].start * self.sweep.partition_traj
+        stored = partition_dataset(self.plan, outputs)
+        for name in self.outputs:
+            dims = self.arrays[name].metadata.dimension_names
+            where = []
+            for dim in dims:
+                if dim in axes:
+                    i = local[axes.index(dim)]
+                    where.append(slice(i, i + 1))
+                elif dim == "traj":
+                    where.append(slice(offset, offset + part.traj_stop - part.traj_start))
+                else:
+                    where.append(slice(None))
+            self.values[name][tuple(where)] = stored[name].transpose(*dims).values
+
+    def _write(self, name: str) -> None:
+        self.arrays[name][self.selection[name]] = self.values[name]
+
+    def flush(self) -> None:
+        """Outputs, then timing, then status: status last, as for one partition."""
+        for name in (*self.outputs, "started", "finished", "status"):
+            self._write(name)
