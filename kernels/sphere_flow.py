@@ -86,6 +86,7 @@ from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift
     retract,
     step,
 )
+from tokensweep.kernels.sphere_noise import NOISE_CODES, noisy_euler_step
 from tokensweep.kernels.sphere_outcomes import energy, frac_close, memory, record  # noqa: F401
 
 ATTENTIONS = vocabulary.SPHERE_FLOW_ATTENTIONS
@@ -110,12 +111,13 @@ def workspace(n, d, heads, proto):
 
 @njit(nogil=True, cache=True)
 def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
-               delta, eps, out, r, states, proto):
+               delta, eps, out, r, states, proto, noise):
     """Integrate trajectory r from the start x0 (n, d) (ok: the start is valid) and fill its
     entries of out and states (`trajectory`). rng: the trajectory's Generator, for the redraws
     every `period` steps, or None where nothing is ever redrawn (then q, k are not used).
     proto: an array of the working dtype: the state and the matrices m, v are copies in it,
-    refreshed after each redraw (drawn in float64); outputs come from a float64 copy."""
+    refreshed after each redraw (drawn in float64); outputs come from a float64 copy.
+    noise: (mode, sigma) of `sphere_noise` (sigma > 0 needs rng: the Euler-Maruyama step)."""
     beta = par[0]
     m, v = mats[0], mats[1]
     q_kind, k_kind, v_kind = kinds
@@ -137,7 +139,15 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
                     draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m)
                     mw[:, :, :] = m
                     vw[:, :, :] = v
-            if not step(x, s * h, h, integrator, par, mats_w, ws, stages, ls):
+            noisy = False
+            if rng is not None:
+                if noise[1] > 0.0:  # the projected Euler-Maruyama step (`sphere_noise`)
+                    noisy = True
+                    if not noisy_euler_step(x, s * h, h, par, mats_w, ws, ls, stages[0], rng,
+                                            noise[0], noise[1]):
+                        ok = False
+                        break
+            if not noisy and not step(x, s * h, h, integrator, par, mats_w, ws, stages, ls):
                 ok = False
                 break
             if s + 1 == ckpt[c]:
@@ -151,13 +161,14 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
 
 @njit(nogil=True, cache=True)
 def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, q, k, v,
-               tv, period, delta, eps, out, r, states, proto):
+               tv, period, delta, eps, out, r, states, proto, noise):
     """Integrate trajectory r and fill its entries of the outputs record out.
 
     kinds: (q_kind, k_kind, v_kind) ensemble codes. q, k, v: (H, d, d) fixed matrices (overwritten
     where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
     out: `SphereFlowOutcomes` from `outcomes.allocate_outputs`. states: (ntraj, nt, n, d)
     NaN-filled, or (ntraj, 0, n, d) to skip. proto: an array of the working dtype.
+    noise: (mode, sigma), `sphere_noise` (drawn per step after the start, matrices and schedule).
     """
     amp, omega, phase, random_frequencies = tv
     q_kind, k_kind, v_kind = kinds
@@ -169,7 +180,7 @@ def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, 
         draw_frequencies(rng, omega, phase)
     mats = (m, v, amp, omega, phase)
     _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
-               delta, eps, out, r, states, proto)
+               delta, eps, out, r, states, proto, noise)
 
 
 @njit(nogil=True, cache=True)
@@ -183,7 +194,7 @@ def trajectories_from_normals(z, r0, init, mats, h, layers, ckpt, times, par, in
         x = z[b]
         ok = shape_start(init, x)
         _integrate(x, ok, None, kinds, mats[0], mats[0], mats, h, layers, ckpt, times, par,
-                   integrator, 0, delta, eps, out, r0 + b, states, proto)
+                   integrator, 0, delta, eps, out, r0 + b, states, proto, (0, 0.0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,6 +299,21 @@ def _resolve_time_varying(time_varying, heads, d):
     return None, mode, *arrays, False
 
 
+def _resolve_noise(noise, sigma, integrator):
+    """(mode code, sigma) for the kernels; (0, 0.0) when there is no noise."""
+    if noise is None:
+        if sigma != 0.0:
+            raise ValueError(f"sigma = {sigma!r} needs noise = 'independent' or 'common'")
+        return (0, 0.0)
+    if noise not in NOISE_CODES:
+        raise ValueError(f"noise = {noise!r} is unknown: use None or one of {tuple(NOISE_CODES)}")
+    if not (np.isfinite(sigma) and sigma >= 0.0):
+        raise ValueError(f"sigma = {sigma!r}, but the noise strength must be finite and >= 0")
+    if sigma > 0.0 and integrator != "euler":
+        raise ValueError(f"noise needs integrator = 'euler' (Euler-Maruyama), got {integrator!r}")
+    return (NOISE_CODES[noise], float(sigma))
+
+
 PRECISIONS = dict(zip(vocabulary.FLOW_PRECISIONS, (np.float64, np.float32)))
 
 
@@ -296,7 +322,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                          integrator="euler", heads=1, qk="identity", value="identity",
                          matrices=None, period=0, time_varying=None, init="uniform_sphere",
                          delta=1e-3, eps=1e-3, rst_scaling=False, return_states=False,
-                         precision="float64", threads=1):
+                         precision="float64", threads=1, noise=None, sigma=0.0):
     """Integrate one deterministic attention flow per Generator in `rngs`; return `OUTPUTS` arrays.
 
     rngs: sequence of numpy Generators, one per trajectory (ntraj). h = T / layers; checkpoint c is
@@ -314,6 +340,8 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     drawn in float64, the outputs computed in float64 from the state at each checkpoint).
     threads: integrate blocks of trajectories on this many threads (each trajectory's result is
     the same bits whatever the threads; BLAS runs single-threaded inside each, see `run_blocks`).
+    noise: None, "independent" or "common", with strength sigma >= 0 (`sphere_noise`: projected
+    Euler-Maruyama, integrator "euler" only); sigma = 0 is the deterministic run, bit for bit.
     Returns {name: array} with (ntraj, nt) per-checkpoint and (ntraj,) per-trajectory outputs.
     """
     from tokensweep.kernels.ensembles import FIXED, INIT_CODES, QK
@@ -339,6 +367,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     if int(threads) != threads or threads < 1:
         raise ValueError(f"threads = {threads!r}, but the number of threads must be an integer >= 1")
     heads, threads, rngs = int(heads), int(threads), list(rngs)
+    noise_arg = _resolve_noise(noise, sigma, integrator)
     proto = np.empty(0, PRECISIONS[precision])
     preset, tv_mode, amp, omega, phase, random_freq = _resolve_time_varying(time_varying, heads, d)
     q, k, v, kinds, qk_identity, v_code = _resolve_weights(heads, d, qk, value, matrices, preset)
@@ -353,7 +382,8 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     times = h * ckpt.astype(np.float64)
     codes = (INTEGRATOR_CODES[integrator], INIT_CODES[init])
     q_kind, k_kind, v_kind = kinds
-    fixed = q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq
+    fixed = (q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq
+             and noise_arg[1] == 0.0)
     args = (h, layers, ckpt, times)
     if fixed and symmetric.applies(codes[0], par, heads):
         # Q = K = I, V = +-I, one head, Euler: the symmetric path (`sphere_symmetric`)
@@ -380,7 +410,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                 tv = (amp.copy(), omega.copy(), phase.copy(), random_freq)
                 trajectory(rngs[r], n, d, *args, par, codes[0], codes[1], kinds, q.copy(),
                            k.copy(), v.copy(), tv, int(period), float(delta), float(eps), out,
-                           r, states, proto)
+                           r, states, proto, noise_arg)
     run_blocks(ntraj, block_size(ntraj, n, d, threads, fixed), threads, work)
     out = out._asdict()
     if return_states:

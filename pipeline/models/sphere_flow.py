@@ -13,10 +13,11 @@ is divided by sqrt(d); so a theory time t_th is simulated at t = t_th * sqrt(d)^
 from __future__ import annotations
 
 import functools
+import math
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from ...kernels import vocabulary
 from .. import theory
@@ -27,6 +28,28 @@ from ..spec import Grid, SweepBase, refuse
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments
 
 MATRIX_KEYS = ("Q", "K", "V")  # the kernel's `matrices` keys
+NOISES = ("independent", "common")  # `kernels.sphere_noise`
+
+
+class SphereFlowGrid(Grid):
+    """beta, d, n and, with `noise`, the noise strength sigma (absent otherwise: no axis, no key)."""
+
+    sigma: Optional[tuple[float, ...]] = None
+
+    @field_validator("sigma")
+    @classmethod
+    def _noise_strength(cls, values):
+        bad = [v for v in values if not math.isfinite(v) or v < 0]
+        if bad:
+            raise ValueError(f"contains {bad}, but sigma must be finite and >= 0: remove them")
+        return values
+
+    @model_serializer(mode="wrap")
+    def _without_absent_sigma(self, handler):
+        data = handler(self)
+        if data.get("sigma", 0) is None:  # stored specs (and their canonical form) stay as before
+            del data["sigma"]
+        return data
 
 
 class SphereFlowSweep(SweepBase):
@@ -52,7 +75,8 @@ class SphereFlowSweep(SweepBase):
 
     model: Literal["sphere_flow"]
     attention: Literal[vocabulary.SPHERE_FLOW_ATTENTIONS] = "sa"
-    grid: Grid
+    grid: SphereFlowGrid
+    noise: Optional[Literal[NOISES]] = None
     integrator: Literal[vocabulary.SPHERE_FLOW_INTEGRATORS] = "euler"
     heads: int = Field(default=1, ge=1)
     qk: Literal[vocabulary.QK_ENSEMBLES] = "identity"
@@ -82,8 +106,20 @@ class SphereFlowSweep(SweepBase):
         return {k: per_head_matrices(value[k], f"matrices.{k}", heads)
                 for k in MATRIX_KEYS if k in value} or None
 
+    @property
+    def axes(self) -> dict[str, tuple]:
+        """beta, d, n, and sigma only where the spec gives it (the seeds key on every axis)."""
+        return {k: v for k, v in super().axes.items() if v is not None}
+
     @model_validator(mode="after")
     def _consistent_options(self):
+        if (self.noise is None) != (self.grid.sigma is None):
+            raise refuse("noise" if self.noise is None else "grid.sigma",
+                         "noise and grid.sigma go together: give both (noise: independent | "
+                         "common, grid.sigma: [...]) or neither")
+        if self.noise is not None and self.integrator != "euler":
+            raise refuse("integrator", f"noise is integrated by Euler-Maruyama, got integrator = "
+                          f"{self.integrator!r}: set integrator: euler")
         if self.init == "equiangular":
             bad = [(d, n) for d in self.grid.d for n in self.grid.n if d < n]
             if bad:
@@ -133,7 +169,7 @@ class SphereFlow(Model):
                "SA/USA/causal, Q/K/V ensembles, heads, time-varying presets, Euler/Heun/RK4")
     spec = SphereFlowSweep
     outputs = vocabulary.SPHERE_FLOW_OUTPUTS
-    report_facts = ("integrator", "init", "heads", "qk", "value", "period", "time_varying",
+    report_facts = ("integrator", "noise", "init", "heads", "qk", "value", "period", "time_varying",
                     "rst_scaling", "delta")
 
     def kernel_arguments(self, sweep, coords) -> dict:
@@ -144,7 +180,7 @@ class SphereFlow(Model):
                     heads=sweep.heads, qk=sweep.qk, value=sweep.value, period=sweep.period,
                     time_varying=sweep.time_varying, init=sweep.init, delta=sweep.delta,
                     rst_scaling=sweep.rst_scaling, matrices=matrices, precision=sweep.precision,
-                    threads=sweep.threads, **time_arguments(sweep))
+                    threads=sweep.threads, **noise_arguments(sweep, coords), **time_arguments(sweep))
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.sphere_flow import simulate_sphere_flow
@@ -155,7 +191,7 @@ class SphereFlow(Model):
     def closed_form_attention(sweep) -> Optional[str]:
         """'sa' or 'usa' when the equiangular closed forms apply to this spec, else None."""
         fixed = (sweep.qk == "identity" and sweep.value == "identity" and sweep.time_varying is None
-                 and not sweep.matrices)
+                 and not sweep.matrices and sweep.noise is None)
         return sweep.attention if fixed and sweep.attention in CLOSED_FORM_ATTENTIONS else None
 
     @staticmethod
@@ -190,6 +226,11 @@ class SphereFlow(Model):
     def sections(self, sweep):
         return [clustering.merge_section, clustering.cluster_count_section,
                 clustering.hemisphere_section, clustering.equiangular_section]
+
+
+def noise_arguments(sweep, coords) -> dict:
+    """The kernel's noise keywords for one cell; none at all without noise (today's call)."""
+    return {} if sweep.noise is None else {"noise": sweep.noise, "sigma": float(coords["sigma"])}
 
 
 @functools.lru_cache(maxsize=64)
