@@ -8,7 +8,10 @@ Tokens x_1..x_n on S^{d-1} move by
 summed over heads without 1/H. SA: w = softmax over j; USA: w = exp(logit)/n; causal: J(i) = {j <= i}
 (token 1 attends only to itself), else J(i) = {1..n}. The [RST] convention (`rst_scaling`) divides
 every head by sqrt(d): a time change t_RST = sqrt(d) t for constant weights. With `time_varying`,
-Q_h^T K_h is replaced by P_h(t) = D_h(t) Q_h^T K_h (`ensembles`).
+Q_h^T K_h is replaced by P_h(t) = D_h(t) Q_h^T K_h (`ensembles`). Options (docs/models.md 2.4-2.7):
+hardmax attention (beta -> infinity: w uniform on the keys of maximal logit), a turning value
+V_h(t) = R(t) V_h R(t)^T (`value_rotation`), Brownian noise (`sphere_noise`), and the ensembles
+scaled as the authors' scripts (`ensembles.authors_scaling`).
 
 Stable evaluation. Each head's row i is computed as A^h_i = exp(c^h_i) Ahat^h_i with every exponential
 <= 1: logits minus the row max m_i (SA: c = 0; USA: c = m_i - log n), so beta up to 1e3 neither
@@ -70,6 +73,7 @@ from tokensweep.kernels.ensembles import (
 )
 from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift, retract, ...)
     EULER,
+    HARDMAX,
     HEUN,
     RK4,
     SA,
@@ -86,7 +90,7 @@ from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift
     retract,
     step,
 )
-from tokensweep.kernels.sphere_noise import NOISE_CODES, noisy_euler_step
+from tokensweep.kernels.sphere_noise import noisy_euler_step, resolve_noise
 from tokensweep.kernels.sphere_outcomes import energy, frac_close, memory, record  # noqa: F401
 
 ATTENTIONS = vocabulary.SPHERE_FLOW_ATTENTIONS
@@ -120,7 +124,7 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
     noise: (mode, sigma) of `sphere_noise` (sigma > 0 needs rng: the Euler-Maruyama step)."""
     beta = par[0]
     m, v = mats[0], mats[1]
-    q_kind, k_kind, v_kind = kinds
+    q_kind, k_kind, v_kind, scaling = kinds
     n, d = x0.shape
     x = x0.astype(proto.dtype)
     mw, vw = m.astype(proto.dtype), v.astype(proto.dtype)
@@ -136,7 +140,7 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
         for s in range(layers):
             if period > 0 and s > 0 and s % period == 0 and redraw:
                 if rng is not None:
-                    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m)
+                    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m, scaling)
                     mw[:, :, :] = m
                     vw[:, :, :] = v
             noisy = False
@@ -164,18 +168,18 @@ def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, 
                tv, period, delta, eps, out, r, states, proto, noise):
     """Integrate trajectory r and fill its entries of the outputs record out.
 
-    kinds: (q_kind, k_kind, v_kind) ensemble codes. q, k, v: (H, d, d) fixed matrices (overwritten
-    where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
+    kinds: (q_kind, k_kind, v_kind, scaling) ensemble codes (`ensembles`). q, k, v: (H, d, d)
+    fixed matrices (overwritten where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
     out: `SphereFlowOutcomes` from `outcomes.allocate_outputs`. states: (ntraj, nt, n, d)
     NaN-filled, or (ntraj, 0, n, d) to skip. proto: an array of the working dtype.
     noise: (mode, sigma), `sphere_noise` (drawn per step after the start, matrices and schedule).
     """
     amp, omega, phase, random_frequencies = tv
-    q_kind, k_kind, v_kind = kinds
+    q_kind, k_kind, v_kind, scaling = kinds
     x = np.empty((n, d))
     m = np.empty((q.shape[0], d, d))
     ok = draw_start(rng, init, x)
-    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m)
+    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m, scaling)
     if random_frequencies:
         draw_frequencies(rng, omega, phase)
     mats = (m, v, amp, omega, phase)
@@ -189,7 +193,7 @@ def trajectories_from_normals(z, r0, init, mats, h, layers, ckpt, times, par, in
     """Trajectories r0, r0 + 1, ... of a run whose only random draw is the start: z (B, n, d) holds
     each one's n*d standard normals (row-major, as `draw_start` draws them; overwritten).
     mats: (m, v, amp, omega, phase) fixed. Fills rows r0 to r0 + B - 1 of out and states."""
-    kinds = (0, 0, 0)
+    kinds = (0, 0, 0, 0)
     for b in range(z.shape[0]):
         x = z[b]
         ok = shape_start(init, x)
@@ -299,21 +303,6 @@ def _resolve_time_varying(time_varying, heads, d):
     return None, mode, *arrays, False
 
 
-def _resolve_noise(noise, sigma, integrator):
-    """(mode code, sigma) for the kernels; (0, 0.0) when there is no noise."""
-    if noise is None:
-        if sigma != 0.0:
-            raise ValueError(f"sigma = {sigma!r} needs noise = 'independent' or 'common'")
-        return (0, 0.0)
-    if noise not in NOISE_CODES:
-        raise ValueError(f"noise = {noise!r} is unknown: use None or one of {tuple(NOISE_CODES)}")
-    if not (np.isfinite(sigma) and sigma >= 0.0):
-        raise ValueError(f"sigma = {sigma!r}, but the noise strength must be finite and >= 0")
-    if sigma > 0.0 and integrator != "euler":
-        raise ValueError(f"noise needs integrator = 'euler' (Euler-Maruyama), got {integrator!r}")
-    return (NOISE_CODES[noise], float(sigma))
-
-
 PRECISIONS = dict(zip(vocabulary.FLOW_PRECISIONS, (np.float64, np.float32)))
 
 
@@ -322,7 +311,8 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                          integrator="euler", heads=1, qk="identity", value="identity",
                          matrices=None, period=0, time_varying=None, init="uniform_sphere",
                          delta=1e-3, eps=1e-3, rst_scaling=False, return_states=False,
-                         precision="float64", threads=1, noise=None, sigma=0.0):
+                         precision="float64", threads=1, noise=None, sigma=0.0,
+                         value_rotation=0.0, hardmax_tol=1e-9, ensemble_scaling="normalised"):
     """Integrate one deterministic attention flow per Generator in `rngs`; return `OUTPUTS` arrays.
 
     rngs: sequence of numpy Generators, one per trajectory (ntraj). h = T / layers; checkpoint c is
@@ -342,9 +332,14 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     the same bits whatever the threads; BLAS runs single-threaded inside each, see `run_blocks`).
     noise: None, "independent" or "common", with strength sigma >= 0 (`sphere_noise`: projected
     Euler-Maruyama, integrator "euler" only); sigma = 0 is the deterministic run, bit for bit.
+    value_rotation: omega; V_h(t) = R(t) V_h R(t)^T, R(t) the rotation by omega t in the (e_1, e_2)
+    plane (0: constant V). attention "hardmax" / "causal_hardmax": the beta -> infinity limit,
+    weights uniform on the keys whose logit <Q x_i, K x_j> is within hardmax_tol (1 + |max|) of
+    the row's maximum (beta is not used). ensemble_scaling: "normalised" (entries N(0, 1/d)) or
+    "authors" (the scaling of [GLPR-P]'s scripts for Fig. 5, `ensembles.authors_scaling`).
     Returns {name: array} with (ntraj, nt) per-checkpoint and (ntraj,) per-trajectory outputs.
     """
-    from tokensweep.kernels.ensembles import FIXED, INIT_CODES, QK
+    from tokensweep.kernels.ensembles import FIXED, INIT_CODES, QK, SCALING_CODES
 
     ckpt = outcomes.check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers,
                                            attention, ATTENTIONS, eps)
@@ -355,6 +350,9 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
         raise ValueError(f"heads = {heads!r}, but the number of heads must be an integer >= 1")
     if int(period) != period or period < 0:
         raise ValueError(f"period = {period!r}: use 0 (fixed matrices) or a number of steps >= 1")
+    if ensemble_scaling not in SCALING_CODES:
+        raise ValueError(f"ensemble_scaling = {ensemble_scaling!r} is unknown: use one of "
+                         f"{tuple(SCALING_CODES)}")
     if init not in INIT_CODES:
         raise ValueError(f"init = {init!r} is unknown: use one of {tuple(INIT_CODES)}")
     if init == "equiangular" and d < n:
@@ -367,14 +365,20 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     if int(threads) != threads or threads < 1:
         raise ValueError(f"threads = {threads!r}, but the number of threads must be an integer >= 1")
     heads, threads, rngs = int(heads), int(threads), list(rngs)
-    noise_arg = _resolve_noise(noise, sigma, integrator)
+    noise_arg = resolve_noise(noise, sigma, integrator)
     proto = np.empty(0, PRECISIONS[precision])
     preset, tv_mode, amp, omega, phase, random_freq = _resolve_time_varying(time_varying, heads, d)
     q, k, v, kinds, qk_identity, v_code = _resolve_weights(heads, d, qk, value, matrices, preset)
     h = T / layers
-    kind = USA if attention.endswith("usa") else SA
+    kind = USA if attention.endswith("usa") else HARDMAX if attention.endswith("hardmax") else SA
+    if not (np.isfinite(value_rotation) and np.isfinite(hardmax_tol) and hardmax_tol >= 0.0):
+        raise ValueError(f"value_rotation = {value_rotation!r} and hardmax_tol = {hardmax_tol!r} "
+                         "must be finite (hardmax_tol >= 0)")
+    if value_rotation != 0.0:
+        v_code = V_GENERAL  # R(t) V R(t)^T: the general product, even for V = +-I
     log_scale0 = -0.5 * np.log(d) if rst_scaling else 0.0
-    par = (float(beta), kind, attention.startswith("causal"), qk_identity, v_code, tv_mode, log_scale0)
+    par = (float(beta), kind, attention.startswith("causal"), qk_identity, v_code, tv_mode,
+           log_scale0, float(value_rotation), float(hardmax_tol))
     nt = ckpt.shape[0]
     ntraj = len(rngs)
     out = outcomes.allocate_outputs(ntraj, nt, SphereFlowOutcomes)
@@ -382,6 +386,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     times = h * ckpt.astype(np.float64)
     codes = (INTEGRATOR_CODES[integrator], INIT_CODES[init])
     q_kind, k_kind, v_kind = kinds
+    kinds = (*kinds, SCALING_CODES[ensemble_scaling])
     fixed = (q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq
              and noise_arg[1] == 0.0)
     args = (h, layers, ckpt, times)

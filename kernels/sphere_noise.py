@@ -61,3 +61,18 @@ def noisy_euler_step(x, t, h, par, mats, ws, ls, f, rng, mode, sigma):
         for k in range(d):
             x[i, k] = f[i, k] * r
     return True
+
+
+def resolve_noise(noise, sigma, integrator):
+    """(mode code, sigma) for the kernels; (0, 0.0) when there is no noise."""
+    if noise is None:
+        if sigma != 0.0:
+            raise ValueError(f"sigma = {sigma!r} needs noise = 'independent' or 'common'")
+        return (0, 0.0)
+    if noise not in NOISE_CODES:
+        raise ValueError(f"noise = {noise!r} is unknown: use None or one of {tuple(NOISE_CODES)}")
+    if not (np.isfinite(sigma) and sigma >= 0.0):
+        raise ValueError(f"sigma = {sigma!r}, but the noise strength must be finite and >= 0")
+    if sigma > 0.0 and integrator != "euler":
+        raise ValueError(f"noise needs integrator = 'euler' (Euler-Maruyama), got {integrator!r}")
+    return (NOISE_CODES[noise], float(sigma))

@@ -26,6 +26,14 @@ BAD = {
     "negative sigma": (spec(noise="common", grid={"sigma": [-1]}), "grid.sigma: contains [-1.0]"),
     "noise with rk4": (spec(noise="common", integrator="rk4", grid={"sigma": [1]}),
                        "integrator: noise is integrated by Euler-Maruyama"),
+    "rotation of V = I": (spec(value_rotation=0.5), "value_rotation: turns V's eigenvectors"),
+    "infinite rotation": (spec(value="wishart", value_rotation=float("inf")), "value_rotation:"),
+    "hardmax over beta": (spec(attention="hardmax", grid={"beta": [1, 2]}),
+                          "grid.beta: attention 'hardmax' is the beta -> infinity limit"),
+    "authors scaling, nothing drawn": (spec(ensemble_scaling="authors"),
+                                       "ensemble_scaling: 'authors' rescales drawn matrices"),
+    "unknown scaling": (spec(qk="ginibre", ensemble_scaling="paper"), "ensemble_scaling: Input"),
+    "negative tie tolerance": (spec(attention="hardmax", hardmax_tol=-1), "hardmax_tol:"),
 }
 
 
@@ -51,6 +59,17 @@ def test_noise_sigma_is_a_grid_axis_passed_per_cell():
     plain = get_model("sphere_flow").kernel_arguments(load_sweep("geshkovski2023-fig4"),
                                                       {"beta": 4.0, "d": 2, "n": 32})
     assert "noise" not in plain and "sigma" not in plain
+
+
+def test_value_rotation_and_hardmax_reach_the_kernel():
+    model = get_model("sphere_flow")
+    cell = {"beta": 1.0, "d": 3, "n": 4}
+    kw = model.kernel_arguments(parse_sweep(spec(value="wishart", value_rotation=0.5)), cell)
+    assert kw["value_rotation"] == 0.5
+    kw = model.kernel_arguments(parse_sweep(spec(attention="causal_hardmax", qk="ginibre")), cell)
+    assert kw["attention"] == "causal_hardmax" and kw["hardmax_tol"] == 1e-9
+    for name in ("sphere-flow-noise", "sphere-flow-hardmax"):  # the catalog specs parse
+        assert load_sweep(name).model == "sphere_flow"
 
 
 def test_the_command_line_exits_2_with_one_line(tmp_path):

@@ -77,6 +77,9 @@ class SphereFlowSweep(SweepBase):
     attention: Literal[vocabulary.SPHERE_FLOW_ATTENTIONS] = "sa"
     grid: SphereFlowGrid
     noise: Optional[Literal[NOISES]] = None
+    value_rotation: float = Field(default=0.0, allow_inf_nan=False)
+    hardmax_tol: float = Field(default=1e-9, ge=0, lt=1)
+    ensemble_scaling: Literal[vocabulary.ENSEMBLE_SCALINGS] = "normalised"
     integrator: Literal[vocabulary.SPHERE_FLOW_INTEGRATORS] = "euler"
     heads: int = Field(default=1, ge=1)
     qk: Literal[vocabulary.QK_ENSEMBLES] = "identity"
@@ -112,14 +115,32 @@ class SphereFlowSweep(SweepBase):
         return {k: v for k, v in super().axes.items() if v is not None}
 
     @model_validator(mode="after")
-    def _consistent_options(self):
+    def _noise_value_rotation_hardmax_scaling(self):
+        """The options of issue 8 (docs/models.md sections 2.4-2.7)."""
         if (self.noise is None) != (self.grid.sigma is None):
             raise refuse("noise" if self.noise is None else "grid.sigma",
                          "noise and grid.sigma go together: give both (noise: independent | "
                          "common, grid.sigma: [...]) or neither")
+        if self.attention.endswith("hardmax") and len(self.grid.beta) > 1:
+            raise refuse("grid.beta", f"attention {self.attention!r} is the beta -> infinity limit "
+                          f"and does not use beta, got {list(self.grid.beta)}: give one value")
+        preset_v = (self.time_varying is not None
+                    and vocabulary.TIME_VARYING_PRESETS[self.time_varying][3])
+        if (self.value_rotation and self.value in ("identity", "minus_identity")
+                and "V" not in (self.matrices or {}) and not preset_v):
+            raise refuse("value_rotation", f"turns V's eigenvectors, but V = {self.value} has none "
+                          "to turn: choose a value ensemble or matrices.V, or remove value_rotation")
+        random_weights = self.qk != "identity" or self.value in ("ginibre", "goe", "wigner", "wishart")
+        if self.ensemble_scaling == "authors" and not random_weights:
+            raise refuse("ensemble_scaling", "'authors' rescales drawn matrices, but qk and value "
+                          "draw none: remove ensemble_scaling or choose an ensemble")
         if self.noise is not None and self.integrator != "euler":
             raise refuse("integrator", f"noise is integrated by Euler-Maruyama, got integrator = "
                           f"{self.integrator!r}: set integrator: euler")
+        return self
+
+    @model_validator(mode="after")
+    def _consistent_options(self):
         if self.init == "equiangular":
             bad = [(d, n) for d in self.grid.d for n in self.grid.n if d < n]
             if bad:
@@ -169,7 +190,8 @@ class SphereFlow(Model):
                "SA/USA/causal, Q/K/V ensembles, heads, time-varying presets, Euler/Heun/RK4")
     spec = SphereFlowSweep
     outputs = vocabulary.SPHERE_FLOW_OUTPUTS
-    report_facts = ("integrator", "noise", "init", "heads", "qk", "value", "period", "time_varying",
+    report_facts = ("integrator", "noise", "value_rotation", "init", "heads", "qk", "value",
+                    "ensemble_scaling", "period", "time_varying",
                     "rst_scaling", "delta")
 
     def kernel_arguments(self, sweep, coords) -> dict:
@@ -180,7 +202,7 @@ class SphereFlow(Model):
                     heads=sweep.heads, qk=sweep.qk, value=sweep.value, period=sweep.period,
                     time_varying=sweep.time_varying, init=sweep.init, delta=sweep.delta,
                     rst_scaling=sweep.rst_scaling, matrices=matrices, precision=sweep.precision,
-                    threads=sweep.threads, **noise_arguments(sweep, coords), **time_arguments(sweep))
+                    threads=sweep.threads, **option_arguments(sweep, coords), **time_arguments(sweep))
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.sphere_flow import simulate_sphere_flow
@@ -191,7 +213,7 @@ class SphereFlow(Model):
     def closed_form_attention(sweep) -> Optional[str]:
         """'sa' or 'usa' when the equiangular closed forms apply to this spec, else None."""
         fixed = (sweep.qk == "identity" and sweep.value == "identity" and sweep.time_varying is None
-                 and not sweep.matrices and sweep.noise is None)
+                 and not sweep.matrices and sweep.noise is None and not sweep.value_rotation)
         return sweep.attention if fixed and sweep.attention in CLOSED_FORM_ATTENTIONS else None
 
     @staticmethod
@@ -228,9 +250,17 @@ class SphereFlow(Model):
                 clustering.hemisphere_section, clustering.equiangular_section]
 
 
-def noise_arguments(sweep, coords) -> dict:
-    """The kernel's noise keywords for one cell; none at all without noise (today's call)."""
-    return {} if sweep.noise is None else {"noise": sweep.noise, "sigma": float(coords["sigma"])}
+def option_arguments(sweep, coords) -> dict:
+    """The kernel's keywords of the issue-8 options for one cell (noise, value_rotation,
+    hardmax_tol); with every option at its default, none (today's call)."""
+    out = {} if sweep.noise is None else {"noise": sweep.noise, "sigma": float(coords["sigma"])}
+    if sweep.value_rotation:
+        out["value_rotation"] = sweep.value_rotation
+    if sweep.attention.endswith("hardmax"):
+        out["hardmax_tol"] = sweep.hardmax_tol
+    if sweep.ensemble_scaling != "normalised":
+        out["ensemble_scaling"] = sweep.ensemble_scaling
+    return out
 
 
 @functools.lru_cache(maxsize=64)
