@@ -91,6 +91,7 @@ from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift
     step,
 )
 from tokensweep.kernels.sphere_noise import noisy_euler_step, resolve_noise
+from tokensweep.kernels.sphere_norms import NORM_CODES, normalised_step
 from tokensweep.kernels.sphere_outcomes import energy, frac_close, memory, record  # noqa: F401
 
 ATTENTIONS = vocabulary.SPHERE_FLOW_ATTENTIONS
@@ -115,13 +116,14 @@ def workspace(n, d, heads, proto):
 
 @njit(nogil=True, cache=True)
 def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
-               delta, eps, out, r, states, proto, noise):
+               delta, eps, out, r, states, proto, layer):
     """Integrate trajectory r from the start x0 (n, d) (ok: the start is valid) and fill its
     entries of out and states (`trajectory`). rng: the trajectory's Generator, for the redraws
     every `period` steps, or None where nothing is ever redrawn (then q, k are not used).
     proto: an array of the working dtype: the state and the matrices m, v are copies in it,
     refreshed after each redraw (drawn in float64); outputs come from a float64 copy.
-    noise: (mode, sigma) of `sphere_noise` (sigma > 0 needs rng: the Euler-Maruyama step)."""
+    layer: (noise mode, sigma) of `sphere_noise` (sigma > 0 needs rng: the Euler-Maruyama step),
+    then the normalisation (`sphere_norms` code, nGPT alpha)."""
     beta = par[0]
     m, v = mats[0], mats[1]
     q_kind, k_kind, v_kind, scaling = kinds
@@ -132,6 +134,7 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
     ws = workspace(n, d, m.shape[0], proto)
     stages = np.empty((5, n, d), proto.dtype)
     ls = np.empty(n)
+    radius = np.ones(n)  # the tokens' radii under pre- and peri-LN (`sphere_norms`)
     g = np.empty((n, n))
     memo = memory(d)
     redraw = q_kind != 0 or k_kind != 0 or v_kind != 0
@@ -143,16 +146,17 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
                     draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m, scaling)
                     mw[:, :, :] = m
                     vw[:, :, :] = v
-            noisy = False
+            stepped = layer[2] != 0  # a normalisation variant (`sphere_norms`): its own step
+            if stepped:
+                ok = normalised_step(x, radius, s * h, h, par, mats_w, ws, ls, layer[2], layer[3])
             if rng is not None:
-                if noise[1] > 0.0:  # the projected Euler-Maruyama step (`sphere_noise`)
-                    noisy = True
-                    if not noisy_euler_step(x, s * h, h, par, mats_w, ws, ls, stages[0], rng,
-                                            noise[0], noise[1]):
-                        ok = False
-                        break
-            if not noisy and not step(x, s * h, h, integrator, par, mats_w, ws, stages, ls):
-                ok = False
+                if layer[1] > 0.0:  # the projected Euler-Maruyama step (`sphere_noise`)
+                    stepped = True
+                    ok = noisy_euler_step(x, s * h, h, par, mats_w, ws, ls, stages[0], rng,
+                                          layer[0], layer[1])
+            if not stepped:
+                ok = step(x, s * h, h, integrator, par, mats_w, ws, stages, ls)
+            if not ok:
                 break
             if s + 1 == ckpt[c]:
                 xr = x.astype(np.float64)
@@ -165,14 +169,15 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
 
 @njit(nogil=True, cache=True)
 def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, q, k, v,
-               tv, period, delta, eps, out, r, states, proto, noise):
+               tv, period, delta, eps, out, r, states, proto, layer):
     """Integrate trajectory r and fill its entries of the outputs record out.
 
     kinds: (q_kind, k_kind, v_kind, scaling) ensemble codes (`ensembles`). q, k, v: (H, d, d)
     fixed matrices (overwritten where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
     out: `SphereFlowOutcomes` from `outcomes.allocate_outputs`. states: (ntraj, nt, n, d)
     NaN-filled, or (ntraj, 0, n, d) to skip. proto: an array of the working dtype.
-    noise: (mode, sigma), `sphere_noise` (drawn per step after the start, matrices and schedule).
+    layer: (noise mode, sigma, norm code, alpha): `sphere_noise` (drawn per step after the start,
+    matrices and schedule), `sphere_norms`.
     """
     amp, omega, phase, random_frequencies = tv
     q_kind, k_kind, v_kind, scaling = kinds
@@ -184,7 +189,7 @@ def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, kinds, 
         draw_frequencies(rng, omega, phase)
     mats = (m, v, amp, omega, phase)
     _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
-               delta, eps, out, r, states, proto, noise)
+               delta, eps, out, r, states, proto, layer)
 
 
 @njit(nogil=True, cache=True)
@@ -198,7 +203,7 @@ def trajectories_from_normals(z, r0, init, mats, h, layers, ckpt, times, par, in
         x = z[b]
         ok = shape_start(init, x)
         _integrate(x, ok, None, kinds, mats[0], mats[0], mats, h, layers, ckpt, times, par,
-                   integrator, 0, delta, eps, out, r0 + b, states, proto, (0, 0.0))
+                   integrator, 0, delta, eps, out, r0 + b, states, proto, (0, 0.0, 0, 0.0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,7 +317,8 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                          matrices=None, period=0, time_varying=None, init="uniform_sphere",
                          delta=1e-3, eps=1e-3, rst_scaling=False, return_states=False,
                          precision="float64", threads=1, noise=None, sigma=0.0,
-                         value_rotation=0.0, hardmax_tol=1e-9, ensemble_scaling="normalised"):
+                         value_rotation=0.0, hardmax_tol=1e-9, ensemble_scaling="normalised",
+                         layer_norm="post", ngpt_alpha=0.2):
     """Integrate one deterministic attention flow per Generator in `rngs`; return `OUTPUTS` arrays.
 
     rngs: sequence of numpy Generators, one per trajectory (ntraj). h = T / layers; checkpoint c is
@@ -337,6 +343,8 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     weights uniform on the keys whose logit <Q x_i, K x_j> is within hardmax_tol (1 + |max|) of
     the row's maximum (beta is not used). ensemble_scaling: "normalised" (entries N(0, 1/d)) or
     "authors" (the scaling of [GLPR-P]'s scripts for Fig. 5, `ensembles.authors_scaling`).
+    layer_norm: "post" (today), "pre", "peri" or "ngpt" (with ngpt_alpha), `sphere_norms`;
+    not post: integrator "euler" only, no noise; outputs are of the normalised tokens.
     Returns {name: array} with (ntraj, nt) per-checkpoint and (ntraj,) per-trajectory outputs.
     """
     from tokensweep.kernels.ensembles import FIXED, INIT_CODES, QK, SCALING_CODES
@@ -365,7 +373,15 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     if int(threads) != threads or threads < 1:
         raise ValueError(f"threads = {threads!r}, but the number of threads must be an integer >= 1")
     heads, threads, rngs = int(heads), int(threads), list(rngs)
-    noise_arg = resolve_noise(noise, sigma, integrator)
+    layer_arg = resolve_noise(noise, sigma, integrator)
+    if layer_norm not in NORM_CODES:
+        raise ValueError(f"layer_norm = {layer_norm!r} is unknown: use one of {tuple(NORM_CODES)}")
+    if layer_norm != "post" and (integrator != "euler" or layer_arg[1] > 0.0):
+        raise ValueError(f"layer_norm = {layer_norm!r} is one Euler layer per step: use "
+                         "integrator = 'euler' and no noise")
+    if not (np.isfinite(ngpt_alpha) and ngpt_alpha > 0.0):
+        raise ValueError(f"ngpt_alpha = {ngpt_alpha!r}: give a finite alpha > 0")
+    layer_arg = (*layer_arg, NORM_CODES[layer_norm], float(ngpt_alpha))
     proto = np.empty(0, PRECISIONS[precision])
     preset, tv_mode, amp, omega, phase, random_freq = _resolve_time_varying(time_varying, heads, d)
     q, k, v, kinds, qk_identity, v_code = _resolve_weights(heads, d, qk, value, matrices, preset)
@@ -388,7 +404,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     q_kind, k_kind, v_kind = kinds
     kinds = (*kinds, SCALING_CODES[ensemble_scaling])
     fixed = (q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq
-             and noise_arg[1] == 0.0)
+             and layer_arg[1] == 0.0 and layer_norm == "post")
     args = (h, layers, ckpt, times)
     if fixed and symmetric.applies(codes[0], par, heads):
         # Q = K = I, V = +-I, one head, Euler: the symmetric path (`sphere_symmetric`)
@@ -415,7 +431,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                 tv = (amp.copy(), omega.copy(), phase.copy(), random_freq)
                 trajectory(rngs[r], n, d, *args, par, codes[0], codes[1], kinds, q.copy(),
                            k.copy(), v.copy(), tv, int(period), float(delta), float(eps), out,
-                           r, states, proto, noise_arg)
+                           r, states, proto, layer_arg)
     run_blocks(ntraj, block_size(ntraj, n, d, threads, fixed), threads, work)
     out = out._asdict()
     if return_states:

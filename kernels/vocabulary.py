@@ -132,6 +132,7 @@ SPHERE_FLOW_INTEGRATORS = ("euler", "heun", "rk4")
 SPHERE_FLOW_INITS = ("uniform_sphere", "hemisphere", "equiangular")
 FLOW_PRECISIONS = ("float64", "float32")  # arithmetic of the deterministic flows' state
 QK_ENSEMBLES = ("identity", "ginibre", "goe", "wigner", "wishart")
+LAYER_NORMS = ("post", "pre", "peri", "ngpt")  # `sphere_norms`
 ENSEMBLE_SCALINGS = ("normalised", "authors")  # `ensembles.authors_scaling`
 VALUE_ENSEMBLES = ("identity", "minus_identity", "ginibre", "goe", "wigner", "wishart", "qk")
 

@@ -158,3 +158,72 @@ def test_authors_scaling_is_ours_at_sqrt_d_beta_and_sqrt_d_time():
     theirs = states(3, beta=0.5, T=1.0, **kw, ensemble_scaling="authors")
     ours = states(3, beta=0.5 * np.sqrt(d), T=np.sqrt(d), **kw)
     np.testing.assert_allclose(theirs, ours, rtol=0, atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# layer_norm: post (today), pre, peri, ngpt (kernels/sphere_norms.py)
+
+
+def ref_attention_output(x, beta, attention, m, v):
+    """A_i = sum_h sum_j w_ij V_h x_j (not projected), plain NumPy."""
+    n = x.shape[0]
+    a = np.zeros_like(x)
+    for h in range(m.shape[0]):
+        logits = beta * (x @ m[h]) @ x.T
+        if attention.startswith("causal"):
+            logits = np.where(np.tril(np.ones((n, n), bool)), logits, -np.inf)
+        w = np.exp(logits - logits.max(axis=1, keepdims=True))
+        if attention.endswith("usa"):
+            w = w * np.exp(logits.max(axis=1, keepdims=True)) / n
+        else:
+            w = w / w.sum(axis=1, keepdims=True)
+        a += (w @ x) @ v[h].T
+    return a
+
+
+def ref_layer_norm_run(seed, *, n, d, beta, T, layers, attention, heads, qk, value, layer_norm,
+                       ngpt_alpha=0.2):
+    """The normalised tokens after every step (module docstring of `sphere_norms`)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    x = normalise(rng.standard_normal((n, d)))
+    q, k, v = ref_weights(rng, heads, d, qk, value)
+    m = np.einsum("hca,hcb->hab", q, k)
+    h, r, out = T / layers, np.ones((n, 1)), []
+    for _ in range(layers):
+        a = ref_attention_output(x, beta, attention, m, v)
+        u = a / np.linalg.norm(a, axis=1, keepdims=True)
+        z = {"pre": r * x + h * a, "peri": r * x + h * u,
+             "ngpt": x + h * ngpt_alpha * (u - x)}[layer_norm]
+        if layer_norm != "ngpt":
+            r = np.linalg.norm(z, axis=1, keepdims=True)
+        x = normalise(z)
+        out.append(x)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("layer_norm", ["pre", "peri", "ngpt"])
+@pytest.mark.parametrize("attention, qk, value", [("sa", "identity", "identity"),
+                                                  ("causal_usa", "ginibre", "goe")])
+def test_layer_norms_match_numpy_reference(layer_norm, attention, qk, value):
+    kw = dict(n=6, d=4, beta=1.1, T=1.5, layers=15, attention=attention, heads=2, qk=qk,
+              value=value, layer_norm=layer_norm)
+    np.testing.assert_allclose(states(7, **kw, integrator="euler"), ref_layer_norm_run(7, **kw),
+                               rtol=0, atol=1e-12)
+
+
+def test_post_layer_norm_is_todays_run_bit_for_bit():
+    kw = dict(n=5, d=4, beta=1.3, T=0.8, layers=12, value="wishart")
+    np.testing.assert_array_equal(states(2, **kw), states(2, **kw, layer_norm="post"))
+
+
+def test_pre_layer_norm_is_post_layer_norm_slowed_by_the_radius():
+    """Q = K = V = I, SA, a hemisphere start: pre-LN moves x_i at speed |P_x A_i| / r_i, and r_i
+    grows as the tokens gather (r' = <x, A> -> 1), so on the same start the pre-LN tokens are
+    still more spread than the post-LN ones at T (a sanity check of the time change)."""
+    kw = dict(n=4, d=3, beta=1.0, T=4.0, layers=400, integrator="euler")
+    post = states(5, **kw, init="hemisphere")
+    pre = states(5, **kw, init="hemisphere", layer_norm="pre")
+
+    def spread(s):
+        return 1 - np.min(s[-1] @ s[-1].T)
+    assert 0 < spread(post) < spread(pre)

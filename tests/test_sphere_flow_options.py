@@ -33,6 +33,9 @@ BAD = {
     "authors scaling, nothing drawn": (spec(ensemble_scaling="authors"),
                                        "ensemble_scaling: 'authors' rescales drawn matrices"),
     "unknown scaling": (spec(qk="ginibre", ensemble_scaling="paper"), "ensemble_scaling: Input"),
+    "pre-LN with rk4": (spec(layer_norm="pre", integrator="rk4"), "layer_norm: 'pre' is one Euler"),
+    "unknown layer norm": (spec(layer_norm="rms"), "layer_norm: Input should be"),
+    "ngpt alpha 0": (spec(layer_norm="ngpt", ngpt_alpha=0), "ngpt_alpha:"),
     "negative tie tolerance": (spec(attention="hardmax", hardmax_tol=-1), "hardmax_tol:"),
 }
 
@@ -68,6 +71,8 @@ def test_value_rotation_and_hardmax_reach_the_kernel():
     assert kw["value_rotation"] == 0.5
     kw = model.kernel_arguments(parse_sweep(spec(attention="causal_hardmax", qk="ginibre")), cell)
     assert kw["attention"] == "causal_hardmax" and kw["hardmax_tol"] == 1e-9
+    kw = model.kernel_arguments(parse_sweep(spec(layer_norm="ngpt", ngpt_alpha=0.5)), cell)
+    assert kw["layer_norm"] == "ngpt" and kw["ngpt_alpha"] == 0.5
     for name in ("sphere-flow-noise", "sphere-flow-hardmax"):  # the catalog specs parse
         assert load_sweep(name).model == "sphere_flow"
 

@@ -80,6 +80,8 @@ class SphereFlowSweep(SweepBase):
     value_rotation: float = Field(default=0.0, allow_inf_nan=False)
     hardmax_tol: float = Field(default=1e-9, ge=0, lt=1)
     ensemble_scaling: Literal[vocabulary.ENSEMBLE_SCALINGS] = "normalised"
+    layer_norm: Literal[vocabulary.LAYER_NORMS] = "post"
+    ngpt_alpha: float = Field(default=0.2, gt=0, allow_inf_nan=False)
     integrator: Literal[vocabulary.SPHERE_FLOW_INTEGRATORS] = "euler"
     heads: int = Field(default=1, ge=1)
     qk: Literal[vocabulary.QK_ENSEMBLES] = "identity"
@@ -137,6 +139,9 @@ class SphereFlowSweep(SweepBase):
         if self.noise is not None and self.integrator != "euler":
             raise refuse("integrator", f"noise is integrated by Euler-Maruyama, got integrator = "
                           f"{self.integrator!r}: set integrator: euler")
+        if self.layer_norm != "post" and (self.integrator != "euler" or self.noise is not None):
+            raise refuse("layer_norm", f"{self.layer_norm!r} is one Euler layer per step: set "
+                          "integrator: euler and give no noise, or use layer_norm: post")
         return self
 
     @model_validator(mode="after")
@@ -191,7 +196,7 @@ class SphereFlow(Model):
     spec = SphereFlowSweep
     outputs = vocabulary.SPHERE_FLOW_OUTPUTS
     report_facts = ("integrator", "noise", "value_rotation", "init", "heads", "qk", "value",
-                    "ensemble_scaling", "period", "time_varying",
+                    "ensemble_scaling", "layer_norm", "period", "time_varying",
                     "rst_scaling", "delta")
 
     def kernel_arguments(self, sweep, coords) -> dict:
@@ -213,7 +218,8 @@ class SphereFlow(Model):
     def closed_form_attention(sweep) -> Optional[str]:
         """'sa' or 'usa' when the equiangular closed forms apply to this spec, else None."""
         fixed = (sweep.qk == "identity" and sweep.value == "identity" and sweep.time_varying is None
-                 and not sweep.matrices and sweep.noise is None and not sweep.value_rotation)
+                 and not sweep.matrices and sweep.noise is None and not sweep.value_rotation
+                 and sweep.layer_norm == "post")
         return sweep.attention if fixed and sweep.attention in CLOSED_FORM_ATTENTIONS else None
 
     @staticmethod
@@ -252,7 +258,8 @@ class SphereFlow(Model):
 
 def option_arguments(sweep, coords) -> dict:
     """The kernel's keywords of the issue-8 options for one cell (noise, value_rotation,
-    hardmax_tol); with every option at its default, none (today's call)."""
+    hardmax_tol, ensemble_scaling, layer_norm); with every option at its default, none (today's
+    call)."""
     out = {} if sweep.noise is None else {"noise": sweep.noise, "sigma": float(coords["sigma"])}
     if sweep.value_rotation:
         out["value_rotation"] = sweep.value_rotation
@@ -260,6 +267,8 @@ def option_arguments(sweep, coords) -> dict:
         out["hardmax_tol"] = sweep.hardmax_tol
     if sweep.ensemble_scaling != "normalised":
         out["ensemble_scaling"] = sweep.ensemble_scaling
+    if sweep.layer_norm != "post":
+        out.update(layer_norm=sweep.layer_norm, ngpt_alpha=sweep.ngpt_alpha)
     return out
 
 
