@@ -25,6 +25,9 @@ or "qk" (V = Q^T K of the same head). Per trajectory, after the start, for head 
 drawn), K (if drawn), V (if drawn); with `period` > 0 the same draws are repeated, in the same order,
 before steps period, 2 period, ... Explicitly given matrices are never drawn.
 
+Scaling (`ensemble_scaling`): the above ("normalised"), or "authors": the convention of the
+scripts behind [GLPR-P] Fig. 5, unit-variance entries, applied after each draw (`authors_scaling`).
+
 Time-varying bilinear forms [RST]: head h uses P_h(t) = D_h(t) P'_h with P'_h = Q_h^T K_h and
 D_h(t) = diag(amp_hk * cos(omega_hk t + phase_hk)) (absolute value of each entry if `absolute`).
 `TIME_VARYING` (`vocabulary.TIME_VARYING`) holds [RST]'s examples (docs/models.md section 6); "rst_random_frequencies" draws, after
@@ -50,6 +53,11 @@ QK = 5
 ENSEMBLE_CODES = {"ginibre": GINIBRE, "goe": GOE, "wigner": WIGNER, "wishart": WISHART}
 QK_ENSEMBLES = vocabulary.QK_ENSEMBLES
 VALUE_ENSEMBLES = vocabulary.VALUE_ENSEMBLES
+
+# ensemble scalings: N(0, 1/d) entries (ours), or the authors' scripts for [GLPR-P] Fig. 5
+NORMALISED = 0
+AUTHORS = 1
+SCALING_CODES = dict(zip(vocabulary.ENSEMBLE_SCALINGS, (NORMALISED, AUTHORS)))
 
 # start codes
 UNIFORM_SPHERE = 0
@@ -152,11 +160,33 @@ def qk_products(q, k, v, v_kind, m):
 
 
 @njit(nogil=True, cache=True)
-def draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m):
+def authors_scaling(k_kind, v_kind, m, v):
+    """Rescale drawn weights to the convention of the authors' scripts for [GLPR-P] Fig. 5
+    (borjanG/2023-transformers-rotf, phase-diagrams.py): unit-variance entries, so every drawn
+    bilinear form m = Q^T K and every drawn V is sqrt(d) times ours (their BF = G1 G2 / sqrt(d),
+    (G + G^T)/sqrt(2), Wishart V = G G^T / sqrt(d)); V = "qk" is their V = BF^T / normV (the
+    row-vector product M V), normV = sqrt(d + 1) for GOE, sqrt(d) otherwise. Fixed matrices are
+    left alone."""
+    heads, d, _ = m.shape
+    r = np.sqrt(d)
+    norm_v = np.sqrt(d + 1.0) if k_kind == GOE else r
+    for h in range(heads):
+        if k_kind != FIXED:
+            m[h] *= r
+        if v_kind == QK:
+            if k_kind != FIXED:
+                v[h] = m[h].T / norm_v
+        elif v_kind != FIXED:
+            v[h] *= r
+
+
+@njit(nogil=True, cache=True)
+def draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m, scaling):
     """Draw the random matrices of every head in the documented order; refresh m = Q^T K.
 
     q_kind, k_kind: FIXED or an ensemble code; v_kind: FIXED, an ensemble code or QK.
     q, k, v: (H, d, d), updated in place where drawn; m: (H, d, d) output, m[h] = q[h]^T k[h].
+    scaling: NORMALISED, or AUTHORS (then `authors_scaling` rescales m and v).
     """
     heads = q.shape[0]
     for h in range(heads):
@@ -167,6 +197,8 @@ def draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m):
         if v_kind != FIXED and v_kind != QK:
             draw_matrix(rng, v_kind, v[h])
     qk_products(q, k, v, v_kind, m)
+    if scaling == AUTHORS:
+        authors_scaling(k_kind, v_kind, m, v)
 
 
 @njit(nogil=True, cache=True)

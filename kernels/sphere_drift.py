@@ -28,6 +28,7 @@ from .vecmath import exp_vec, fma, tiny_like, vexp  # noqa: F401  (exp_vec, fma:
 
 SA = 0
 USA = 1
+HARDMAX = 2  # beta -> infinity: uniform weights on the keys of maximal logit (`_hardmax_row`)
 EULER = 0
 HEUN = 1
 RK4 = 2
@@ -48,12 +49,13 @@ def _weights(x, t, h, par, mats, ws):
     e[j, i] holds exp(logit_ij - shift_i) for the keys j of query i, 0 for masked (causal) keys.
     Returns True when the weights do not depend on the head (Q = K = I, not time-varying).
     """
-    beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0 = par
+    beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0 = (par[0], par[1], par[2], par[3],
+                                                                     par[4], par[5], par[6])
     m = mats[0]
     amp, omega, phase = mats[2], mats[3], mats[4]
     xt, yt, at, bt, ft, e, tot, mx, lsh, u1, u2, mt = ws  # `sphere_flow.workspace`
     n, d = x.shape
-    symmetric = qk_identity and tv_mode == TV_NONE and beta >= 0.0
+    symmetric = qk_identity and tv_mode == TV_NONE and beta >= 0.0 and kind != HARDMAX
     if symmetric:
         # e_ij = exp(beta (<x_i, x_j> - c)), c = max_k |x_k|^2 >= <x_i, x_j>: one symmetric matrix
         np.dot(x, xt, e)
@@ -86,6 +88,7 @@ def _weights(x, t, h, par, mats, ws):
                     mt[p, q] = dp * m[h, p, q]
             np.dot(mt.T, xt, yt)
         np.dot(x, yt, e)
+        b = 1.0 if kind == HARDMAX else beta  # hardmax: the logits themselves (beta irrelevant)
         for i in range(n):
             mx[i] = -np.inf
         for j in range(n):
@@ -93,15 +96,18 @@ def _weights(x, t, h, par, mats, ws):
             ej = e[j, i0:]
             mxj = mx[i0:]
             for i in range(n - i0):
-                ej[i] = beta * ej[i]
+                ej[i] = b * ej[i]
                 mxj[i] = max(mxj[i], ej[i])
         for j in range(n):
             ej = e[j]
             i0 = j if causal else 0
             for i in range(i0):
                 ej[i] = 0.0
-            for i in range(i0, n):
-                ej[i] = vexp(ej[i] - mx[i])
+            if kind == HARDMAX:
+                _hardmax_row(ej, mx, i0, par[8])
+            else:
+                for i in range(i0, n):
+                    ej[i] = vexp(ej[i] - mx[i])
     # normalisers: serial sums over keys j, vectorised over queries i
     for i in range(n):
         tot[i] = 0.0
@@ -112,11 +118,11 @@ def _weights(x, t, h, par, mats, ws):
     np.dot(xt, e, at)
     log_n = np.log(n)
     for i in range(n):
-        if kind == SA:
+        if kind != USA:
             lsh[i] = log_scale0
         else:
             lsh[i] = mx[i] - log_n + log_scale0
-    if kind == SA:
+    if kind != USA:
         for i in range(n):
             tot[i] = 1.0 / tot[i]
         for k in range(d):
@@ -124,6 +130,31 @@ def _weights(x, t, h, par, mats, ws):
             for i in range(n):
                 atk[i] *= tot[i]
     return symmetric
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _hardmax_row(ej, mx, i0, tol):
+    """ej[i] = 1 if key j's logit is within tol (1 + |max|) of query i's maximum, else 0: the
+    weights of the beta -> infinity limit of SA, before the row normalisation (i >= i0)."""
+    for i in range(i0, ej.shape[0]):
+        ej[i] = 1.0 if ej[i] >= mx[i] - tol * (1.0 + abs(mx[i])) else 0.0
+
+
+@njit(nogil=True, cache=True)
+def _rotated_value(vh, at, yt, bt, angle):
+    """bt = R V R^T at, R the rotation by `angle` in the (e_1, e_2) plane: V(t) of
+    `value_rotation` ([RST] Thm 5.3: the spectrum is kept, the eigenvectors turn). yt: scratch."""
+    c, s = np.cos(angle), np.sin(angle)
+    yt[:, :] = at
+    n = at.shape[1]
+    for i in range(n):  # R^T at
+        yt[0, i] = c * at[0, i] + s * at[1, i]
+        yt[1, i] = -s * at[0, i] + c * at[1, i]
+    np.dot(vh, yt, bt)
+    for i in range(n):  # R (V R^T at)
+        b0, b1 = bt[0, i], bt[1, i]
+        bt[0, i] = c * b0 - s * b1
+        bt[1, i] = s * b0 + c * b1
 
 
 @njit(nogil=True, cache=True)
@@ -144,7 +175,10 @@ def _head_sum(x, t, par, mats, ws, ls):
     for h in range(heads):
         if not shared:  # Q = K = I: every head has the same weights
             shared = _weights(x, t, h, par, mats, ws)
-        if v_code == V_GENERAL:  # bt[:, i] = V_h at[:, i]
+        if v_code == V_GENERAL and par[7] != 0.0:  # V_h(t) = R(t) V_h R(t)^T
+            _rotated_value(v[h], at, yt, bt, par[7] * t)
+            b = bt
+        elif v_code == V_GENERAL:  # bt[:, i] = V_h at[:, i]
             np.dot(v[h], at, bt)
             b = bt
         elif v_code == V_IDENTITY:
@@ -191,9 +225,9 @@ def _radial(xt, fs, dot):
 def drift(x, t, par, mats, ws, f, ls):
     """Drift of all tokens as f_i = exp(ls_i) * fhat_i (`sphere_flow` docstring).
 
-    x: (n, d) states (on or near the sphere). t: time. par: (beta, kind SA|USA, causal, qk_identity,
-    v_code, tv_mode, log_scale0). mats: (m (H, d, d) = Q^T K per head, v (H, d, d), amp, omega,
-    phase (H, d)). ws: `sphere_flow.workspace(n, d, H)`. f: (n, d) output fhat; ls: (n,) output
+    x: (n, d) states (on or near the sphere). t: time. par: (beta, kind SA|USA|HARDMAX, causal,
+    qk_identity, v_code, tv_mode, log_scale0, value_rotation omega, hardmax tie tolerance).
+    mats: (m (H, d, d) = Q^T K per head, v (H, d, d), amp, omega, phase (H, d)). ws: `sphere_flow.workspace(n, d, H)`. f: (n, d) output fhat; ls: (n,) output
     log-scales.
     """
     causal, v_code = par[2], par[4]

@@ -8,7 +8,10 @@ Tokens x_1..x_n on S^{d-1} move by
 summed over heads without 1/H. SA: w = softmax over j; USA: w = exp(logit)/n; causal: J(i) = {j <= i}
 (token 1 attends only to itself), else J(i) = {1..n}. The [RST] convention (`rst_scaling`) divides
 every head by sqrt(d): a time change t_RST = sqrt(d) t for constant weights. With `time_varying`,
-Q_h^T K_h is replaced by P_h(t) = D_h(t) Q_h^T K_h (`ensembles`).
+Q_h^T K_h is replaced by P_h(t) = D_h(t) Q_h^T K_h (`ensembles`). Options (docs/models.md 2.4-2.7):
+hardmax attention (beta -> infinity: w uniform on the keys of maximal logit), a turning value
+V_h(t) = R(t) V_h R(t)^T (`value_rotation`), Brownian noise (`sphere_noise`), and the ensembles
+scaled as the authors' scripts (`ensembles.authors_scaling`).
 
 Stable evaluation. Each head's row i is computed as A^h_i = exp(c^h_i) Ahat^h_i with every exponential
 <= 1: logits minus the row max m_i (SA: c = 0; USA: c = m_i - log n), so beta up to 1e3 neither
@@ -71,6 +74,7 @@ from tokensweep.kernels.ensembles import (
 )
 from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift, retract, ...)
     EULER,
+    HARDMAX,
     HEUN,
     RK4,
     SA,
@@ -87,6 +91,8 @@ from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift
     retract,
     step,
 )
+from tokensweep.kernels.sphere_noise import noisy_euler_step, resolve_noise
+from tokensweep.kernels.sphere_norms import NORM_CODES, normalised_step
 from tokensweep.kernels.sphere_outcomes import energy, frac_close, memory, record  # noqa: F401
 
 ATTENTIONS = vocabulary.SPHERE_FLOW_ATTENTIONS
@@ -112,15 +118,17 @@ def workspace(n, d, heads, proto):
 
 @njit(nogil=True, cache=True)
 def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
-               delta, eps, out, r, states, proto):
+               delta, eps, out, r, states, proto, layer):
     """Integrate trajectory r from the start x0 (n, d) (ok: the start is valid) and fill its
     entries of out and states (`trajectory`). rng: the trajectory's Generator, for the redraws
     every `period` steps, or None where nothing is ever redrawn (then q, k are not used).
     proto: an array of the working dtype: the state and the matrices m, v are copies in it,
-    refreshed after each redraw (drawn in float64); outputs come from a float64 copy."""
+    refreshed after each redraw (drawn in float64); outputs come from a float64 copy.
+    layer: (noise mode, sigma) of `sphere_noise` (sigma > 0 needs rng: the Euler-Maruyama step),
+    then the normalisation (`sphere_norms` code, nGPT alpha)."""
     beta = par[0]
     m, v = mats[0], mats[1]
-    q_kind, k_kind, v_kind = kinds
+    q_kind, k_kind, v_kind, scaling = kinds
     n, d = x0.shape
     x = x0.astype(proto.dtype)
     mw, vw = m.astype(proto.dtype), v.astype(proto.dtype)
@@ -128,6 +136,7 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
     ws = workspace(n, d, m.shape[0], proto)
     stages = np.empty((5, n, d), proto.dtype)
     ls = np.empty(n)
+    radius = np.ones(n)  # the tokens' radii under pre- and peri-LN (`sphere_norms`)
     g = np.empty((n, n))
     memo = memory(d)
     redraw = q_kind != 0 or k_kind != 0 or v_kind != 0
@@ -137,11 +146,20 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
         for s in range(layers):
             if period > 0 and s > 0 and s % period == 0 and redraw:
                 if rng is not None:
-                    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m)
+                    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m, scaling)
                     mw[:, :, :] = m
                     vw[:, :, :] = v
-            if not step(x, s * h, h, integrator, par, mats_w, ws, stages, ls):
-                ok = False
+            stepped = layer[2] != 0  # a normalisation variant (`sphere_norms`): its own step
+            if stepped:
+                ok = normalised_step(x, radius, s * h, h, par, mats_w, ws, ls, layer[2], layer[3])
+            if rng is not None:
+                if layer[1] > 0.0:  # the projected Euler-Maruyama step (`sphere_noise`)
+                    stepped = True
+                    ok = noisy_euler_step(x, s * h, h, par, mats_w, ws, ls, stages[0], rng,
+                                          layer[0], layer[1])
+            if not stepped:
+                ok = step(x, s * h, h, integrator, par, mats_w, ws, stages, ls)
+            if not ok:
                 break
             if s + 1 == ckpt[c]:
                 xr = x.astype(np.float64)
@@ -155,26 +173,28 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
 
 @njit(nogil=True, cache=True)
 def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, start, kinds, q, k, v,
-               tv, period, delta, eps, out, r, states, proto):
+               tv, period, delta, eps, out, r, states, proto, layer):
     """Integrate trajectory r and fill its entries of the outputs record out.
 
-    kinds: (q_kind, k_kind, v_kind) ensemble codes. q, k, v: (H, d, d) fixed matrices (overwritten
-    where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
+    kinds: (q_kind, k_kind, v_kind, scaling) ensemble codes (`ensembles`). q, k, v: (H, d, d)
+    fixed matrices (overwritten where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
     out: `SphereFlowOutcomes` from `outcomes.allocate_outputs`. states: (ntraj, nt, n, d)
     NaN-filled, or (ntraj, 0, n, d) to skip. proto: an array of the working dtype.
     start: (n, d), the start drawn before when init is GIVEN (else not read).
+    layer: (noise mode, sigma, norm code, alpha): `sphere_noise` (drawn per step after the start,
+    matrices and schedule), `sphere_norms`.
     """
     amp, omega, phase, random_frequencies = tv
-    q_kind, k_kind, v_kind = kinds
+    q_kind, k_kind, v_kind, scaling = kinds
     x = start.copy() if init == GIVEN else np.empty((n, d))
     m = np.empty((q.shape[0], d, d))
     ok = shape_start(init, x) if init == GIVEN else draw_start(rng, init, x)
-    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m)
+    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m, scaling)
     if random_frequencies:
         draw_frequencies(rng, omega, phase)
     mats = (m, v, amp, omega, phase)
     _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
-               delta, eps, out, r, states, proto)
+               delta, eps, out, r, states, proto, layer)
 
 
 @njit(nogil=True, cache=True)
@@ -183,12 +203,12 @@ def trajectories_from_normals(z, r0, init, mats, h, layers, ckpt, times, par, in
     """Trajectories r0, r0 + 1, ... of a run whose only random draw is the start: z (B, n, d) holds
     each one's n*d standard normals (row-major, as `draw_start` draws them; overwritten).
     mats: (m, v, amp, omega, phase) fixed. Fills rows r0 to r0 + B - 1 of out and states."""
-    kinds = (0, 0, 0)
+    kinds = (0, 0, 0, 0)
     for b in range(z.shape[0]):
         x = z[b]
         ok = shape_start(init, x)
         _integrate(x, ok, None, kinds, mats[0], mats[0], mats, h, layers, ckpt, times, par,
-                   integrator, 0, delta, eps, out, r0 + b, states, proto)
+                   integrator, 0, delta, eps, out, r0 + b, states, proto, (0, 0.0, 0, 0.0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,7 +322,9 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                          matrices=None, period=0, time_varying=None, init="uniform_sphere",
                          delta=1e-3, eps=1e-3, rst_scaling=False, return_states=False,
                          precision="float64", threads=1, x0=None, record=(),
-                         record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None):
+                         record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None, noise=None,
+                         sigma=0.0, value_rotation=0.0, hardmax_tol=1e-9,
+                         ensemble_scaling="normalised", layer_norm="post", ngpt_alpha=0.2):
     """Integrate one deterministic attention flow per Generator in `rngs`; return `OUTPUTS` arrays.
 
     rngs: sequence of numpy Generators, one per trajectory (ntraj). h = T / layers; checkpoint c is
@@ -321,11 +343,20 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     drawn in float64, the outputs computed in float64 from the state at each checkpoint).
     threads: integrate blocks of trajectories on this many threads (each trajectory's result is
     the same bits whatever the threads; BLAS runs single-threaded inside each, see `run_blocks`).
-    record, record_bins, direction: observables also returned (`observables`; "states" is
-    return_states).
+    noise: None, "independent" or "common", with strength sigma >= 0 (`sphere_noise`: projected
+    Euler-Maruyama, integrator "euler" only); sigma = 0 is the deterministic run, bit for bit.
+    value_rotation: omega; V_h(t) = R(t) V_h R(t)^T, R(t) the rotation by omega t in the (e_1, e_2)
+    plane (0: constant V). attention "hardmax" / "causal_hardmax": the beta -> infinity limit,
+    weights uniform on the keys whose logit <Q x_i, K x_j> is within hardmax_tol (1 + |max|) of
+    the row's maximum (beta is not used). ensemble_scaling: "normalised" (entries N(0, 1/d)) or
+    "authors" (the scaling of [GLPR-P]'s scripts for Fig. 5, `ensembles.authors_scaling`).
+    layer_norm: "post" (today), "pre", "peri" or "ngpt" (with ngpt_alpha), `sphere_norms`;
+    not post: integrator "euler" only, no noise; outputs are of the normalised tokens.
+    x0: optional (ntraj, n, d) starts drawn before (`kernels/starts.py`). record, record_bins,
+    direction: observables also returned (`observables`; "states" is return_states).
     Returns {name: array} with (ntraj, nt) per-checkpoint and (ntraj,) per-trajectory outputs.
     """
-    from tokensweep.kernels.ensembles import FIXED, INIT_CODES, QK
+    from tokensweep.kernels.ensembles import FIXED, INIT_CODES, QK, SCALING_CODES
 
     ckpt = outcomes.check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers,
                                            attention, ATTENTIONS, eps)
@@ -336,6 +367,9 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
         raise ValueError(f"heads = {heads!r}, but the number of heads must be an integer >= 1")
     if int(period) != period or period < 0:
         raise ValueError(f"period = {period!r}: use 0 (fixed matrices) or a number of steps >= 1")
+    if ensemble_scaling not in SCALING_CODES:
+        raise ValueError(f"ensemble_scaling = {ensemble_scaling!r} is unknown: use one of "
+                         f"{tuple(SCALING_CODES)}")
     if init not in INIT_CODES:
         raise ValueError(f"init = {init!r} is unknown: use one of {tuple(INIT_CODES)}")
     if init == "equiangular" and d < n:
@@ -348,13 +382,28 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     if int(threads) != threads or threads < 1:
         raise ValueError(f"threads = {threads!r}, but the number of threads must be an integer >= 1")
     heads, threads, rngs = int(heads), int(threads), list(rngs)
+    layer_arg = resolve_noise(noise, sigma, integrator)
+    if layer_norm not in NORM_CODES:
+        raise ValueError(f"layer_norm = {layer_norm!r} is unknown: use one of {tuple(NORM_CODES)}")
+    if layer_norm != "post" and (integrator != "euler" or layer_arg[1] > 0.0):
+        raise ValueError(f"layer_norm = {layer_norm!r} is one Euler layer per step: use "
+                         "integrator = 'euler' and no noise")
+    if not (np.isfinite(ngpt_alpha) and ngpt_alpha > 0.0):
+        raise ValueError(f"ngpt_alpha = {ngpt_alpha!r}: give a finite alpha > 0")
+    layer_arg = (*layer_arg, NORM_CODES[layer_norm], float(ngpt_alpha))
     proto = np.empty(0, PRECISIONS[precision])
     preset, tv_mode, amp, omega, phase, random_freq = _resolve_time_varying(time_varying, heads, d)
     q, k, v, kinds, qk_identity, v_code = _resolve_weights(heads, d, qk, value, matrices, preset)
     h = T / layers
-    kind = USA if attention.endswith("usa") else SA
+    kind = USA if attention.endswith("usa") else HARDMAX if attention.endswith("hardmax") else SA
+    if not (np.isfinite(value_rotation) and np.isfinite(hardmax_tol) and hardmax_tol >= 0.0):
+        raise ValueError(f"value_rotation = {value_rotation!r} and hardmax_tol = {hardmax_tol!r} "
+                         "must be finite (hardmax_tol >= 0)")
+    if value_rotation != 0.0:
+        v_code = V_GENERAL  # R(t) V R(t)^T: the general product, even for V = +-I
     log_scale0 = -0.5 * np.log(d) if rst_scaling else 0.0
-    par = (float(beta), kind, attention.startswith("causal"), qk_identity, v_code, tv_mode, log_scale0)
+    par = (float(beta), kind, attention.startswith("causal"), qk_identity, v_code, tv_mode,
+           log_scale0, float(value_rotation), float(hardmax_tol))
     nt = ckpt.shape[0]
     ntraj = len(rngs)
     record, record_bins, direction = observables.check_record(record, record_bins, direction, d)
@@ -373,7 +422,9 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     def starts(r0, r1):  # the block's starts: normals drawn here (`draw_start`'s), or given ones
         return start_normals(rngs, r0, r1, n, d) if x0 is None else x0[r0:r1].copy()
     q_kind, k_kind, v_kind = kinds
-    fixed = q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq
+    kinds = (*kinds, SCALING_CODES[ensemble_scaling])
+    fixed = (q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq
+             and layer_arg[1] == 0.0 and layer_norm == "post")
     args = (h, layers, ckpt, times)
     if fixed and symmetric.applies(codes[0], par, heads):
         # Q = K = I, V = +-I, one head, Euler: the symmetric path (`sphere_symmetric`)
@@ -401,7 +452,7 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                 start = x0[r] if x0 is not None else np.empty((n, d))
                 trajectory(rngs[r], n, d, *args, par, codes[0], codes[1], start, kinds, q.copy(),
                            k.copy(), v.copy(), tv, int(period), float(delta), float(eps), out,
-                           r, states, proto)
+                           r, states, proto, layer_arg)
     run_blocks(ntraj, block_size(ntraj, n, d, threads, fixed), threads, work)
     return observables.returned(out, OUTPUTS, (*record, *(("states",) if return_states else ())),
                                 states)

@@ -41,9 +41,9 @@ SPAN_REDUCTION = True  # d > n: integrate in an n-dimensional basis of the start
 
 def applies(integrator, par, heads):
     """Is the symmetric path this configuration's? integrator: code; par: `sphere_flow`'s
-    (beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0)."""
-    beta, _, _, qk_identity, v_code, tv_mode, _ = par
-    return (integrator == EULER and heads == 1 and qk_identity and tv_mode == TV_NONE
+    (beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0, ...); not hardmax (kind 2)."""
+    beta, kind, qk_identity, v_code, tv_mode = par[0], par[1], par[3], par[4], par[5]
+    return (kind != 2 and integrator == EULER and heads == 1 and qk_identity and tv_mode == TV_NONE
             and beta >= 0.0 and v_code in (V_IDENTITY, V_MINUS_IDENTITY))
 
 

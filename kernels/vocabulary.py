@@ -157,11 +157,13 @@ STOCHASTIC_ATTENTIONS = ("sa", "usa", "causal_sa")
 NOISES = ("gaussian", "literal")
 HYBRID_ATTENTIONS = STOCHASTIC_ATTENTIONS
 
-SPHERE_FLOW_ATTENTIONS = ("sa", "usa", "causal_sa", "causal_usa")
+SPHERE_FLOW_ATTENTIONS = ("sa", "usa", "causal_sa", "causal_usa", "hardmax", "causal_hardmax")
 SPHERE_FLOW_INTEGRATORS = ("euler", "heun", "rk4")
 SPHERE_FLOW_INITS = ("uniform_sphere", "hemisphere", "equiangular")
 FLOW_PRECISIONS = ("float64", "float32")  # arithmetic of the deterministic flows' state
 QK_ENSEMBLES = ("identity", "ginibre", "goe", "wigner", "wishart")
+LAYER_NORMS = ("post", "pre", "peri", "ngpt")  # `sphere_norms`
+ENSEMBLE_SCALINGS = ("normalised", "authors")  # `ensembles.authors_scaling`
 VALUE_ENSEMBLES = ("identity", "minus_identity", "ginibre", "goe", "wigner", "wishart", "qk")
 
 # "discrete": the discrete-time transformer [GLPR-E] (3) on Remark 4's rescaled tokens

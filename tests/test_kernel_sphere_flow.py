@@ -219,7 +219,7 @@ def test_permutation_equivariance_non_causal():
     perm = rng.permutation(n)
     for kind in (sf.SA, sf.USA):
         for integrator in (sf.EULER, sf.RK4):
-            par = (1.7, kind, False, False, sf.V_GENERAL, sf.TV_NONE, 0.0)
+            par = (1.7, kind, False, False, sf.V_GENERAL, sf.TV_NONE, 0.0, 0.0, 0.0)
             xs = [x.copy(), x[perm].copy()]
             for y in xs:
                 for s in range(20):

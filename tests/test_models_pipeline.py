@@ -82,7 +82,7 @@ EUCLID = {"name": "e", "model": "euclidean_flow", "grid": {"beta": 1.0, "d": 2, 
 BAD = [  # (base, changes, text the error must contain: the field, then why)
     (SPHERE, {"init": "equiangular", "grid": {"beta": 1.0, "d": [2, 8], "n": 4}},
      "init: 'equiangular' needs d >= n"),
-    (SPHERE, {"attention": "causal"}, "attention: Input should be 'sa', 'usa', 'causal_sa' or 'causal_usa'"),
+    (SPHERE, {"attention": "causal"}, "attention: Input should be 'sa', 'usa', 'causal_sa', 'causal_usa', 'hardmax' or 'causal_hardmax'"),
     (SPHERE, {"integrator": "rk45"}, "integrator: Input should be 'euler', 'heun' or 'rk4'"),
     (SPHERE, {"time_varying": "rst_two_head_hemisphere", "grid": {"beta": 1, "d": 3, "n": 4}},
      "heads: time_varying 'rst_two_head_hemisphere' has 2 head(s), got heads = 1: set heads: 2"),

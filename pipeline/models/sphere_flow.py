@@ -13,6 +13,7 @@ is divided by sqrt(d); so a theory time t_th is simulated at t = t_th * sqrt(d)^
 from __future__ import annotations
 
 import functools
+import math
 from typing import Literal, Optional
 
 import numpy as np
@@ -29,6 +30,21 @@ from ..starts import Start, starts_of
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments
 
 MATRIX_KEYS = ("Q", "K", "V")  # the kernel's `matrices` keys
+NOISES = ("independent", "common")  # `kernels.sphere_noise`
+
+
+class SphereFlowGrid(Grid):
+    """beta, d, n and, with `noise`, the noise strength sigma (absent otherwise: no axis, no key)."""
+
+    sigma: Optional[tuple[float, ...]] = None
+
+    @field_validator("sigma")
+    @classmethod
+    def _noise_strength(cls, values):
+        bad = [v for v in values if not math.isfinite(v) or v < 0]
+        if bad:
+            raise ValueError(f"contains {bad}, but sigma must be finite and >= 0: remove them")
+        return values
 
 
 class SphereFlowSweep(RecordingSweep):
@@ -56,7 +72,13 @@ class SphereFlowSweep(RecordingSweep):
 
     model: Literal["sphere_flow"]
     attention: Literal[vocabulary.SPHERE_FLOW_ATTENTIONS] = "sa"
-    grid: Grid
+    grid: SphereFlowGrid
+    noise: Optional[Literal[NOISES]] = None
+    value_rotation: float = Field(default=0.0, allow_inf_nan=False)
+    hardmax_tol: float = Field(default=1e-9, ge=0, lt=1)
+    ensemble_scaling: Literal[vocabulary.ENSEMBLE_SCALINGS] = "normalised"
+    layer_norm: Literal[vocabulary.LAYER_NORMS] = "post"
+    ngpt_alpha: float = Field(default=0.2, gt=0, allow_inf_nan=False)
     integrator: Literal[vocabulary.SPHERE_FLOW_INTEGRATORS] = "euler"
     heads: int = Field(default=1, ge=1)
     qk: Literal[vocabulary.QK_ENSEMBLES] = "identity"
@@ -85,6 +107,34 @@ class SphereFlowSweep(RecordingSweep):
         heads = info.data.get("heads")  # absent when heads itself is invalid (reported there)
         return {k: per_head_matrices(value[k], f"matrices.{k}", heads)
                 for k in MATRIX_KEYS if k in value} or None
+
+    @model_validator(mode="after")
+    def _noise_value_rotation_hardmax_scaling(self):
+        """The options of issue 8 (docs/models.md sections 2.4-2.7)."""
+        if (self.noise is None) != (self.grid.sigma is None):
+            raise refuse("noise" if self.noise is None else "grid.sigma",
+                         "noise and grid.sigma go together: give both (noise: independent | "
+                         "common, grid.sigma: [...]) or neither")
+        if self.attention.endswith("hardmax") and len(self.grid.beta) > 1:
+            raise refuse("grid.beta", f"attention {self.attention!r} is the beta -> infinity limit "
+                          f"and does not use beta, got {list(self.grid.beta)}: give one value")
+        preset_v = (self.time_varying is not None
+                    and vocabulary.TIME_VARYING_PRESETS[self.time_varying][3])
+        if (self.value_rotation and self.value in ("identity", "minus_identity")
+                and "V" not in (self.matrices or {}) and not preset_v):
+            raise refuse("value_rotation", f"turns V's eigenvectors, but V = {self.value} has none "
+                          "to turn: choose a value ensemble or matrices.V, or remove value_rotation")
+        random_weights = self.qk != "identity" or self.value in ("ginibre", "goe", "wigner", "wishart")
+        if self.ensemble_scaling == "authors" and not random_weights:
+            raise refuse("ensemble_scaling", "'authors' rescales drawn matrices, but qk and value "
+                          "draw none: remove ensemble_scaling or choose an ensemble")
+        if self.noise is not None and self.integrator != "euler":
+            raise refuse("integrator", f"noise is integrated by Euler-Maruyama, got integrator = "
+                          f"{self.integrator!r}: set integrator: euler")
+        if self.layer_norm != "post" and (self.integrator != "euler" or self.noise is not None):
+            raise refuse("layer_norm", f"{self.layer_norm!r} is one Euler layer per step: set "
+                          "integrator: euler and give no noise, or use layer_norm: post")
+        return self
 
     @model_validator(mode="after")
     def _consistent_options(self):
@@ -130,7 +180,8 @@ class SphereFlow(Model):
                "SA/USA/causal, Q/K/V ensembles, heads, time-varying presets, Euler/Heun/RK4")
     spec = SphereFlowSweep
     outputs = vocabulary.SPHERE_FLOW_OUTPUTS
-    report_facts = ("integrator", "init", "heads", "qk", "value", "period", "time_varying",
+    report_facts = ("integrator", "noise", "value_rotation", "init", "heads", "qk", "value",
+                    "ensemble_scaling", "layer_norm", "period", "time_varying",
                     "rst_scaling", "delta")
 
     def kernel_arguments(self, sweep, coords) -> dict:
@@ -142,7 +193,8 @@ class SphereFlow(Model):
                     time_varying=sweep.time_varying, delta=sweep.delta,
                     init=kernel_start(sweep.init) or "uniform_sphere",
                     rst_scaling=sweep.rst_scaling, matrices=matrices, precision=sweep.precision,
-                    threads=sweep.threads, **time_arguments(sweep), **record_arguments(sweep))
+                    threads=sweep.threads, **option_arguments(sweep, coords), **time_arguments(sweep),
+                    **record_arguments(sweep))
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.sphere_flow import simulate_sphere_flow
@@ -154,7 +206,8 @@ class SphereFlow(Model):
     def closed_form_attention(sweep) -> Optional[str]:
         """'sa' or 'usa' when the equiangular closed forms apply to this spec, else None."""
         fixed = (sweep.qk == "identity" and sweep.value == "identity" and sweep.time_varying is None
-                 and not sweep.matrices)
+                 and not sweep.matrices and sweep.noise is None and not sweep.value_rotation
+                 and sweep.layer_norm == "post")
         return sweep.attention if fixed and sweep.attention in CLOSED_FORM_ATTENTIONS else None
 
     @staticmethod
@@ -203,6 +256,22 @@ def kernel_start(start: Start):
     if start.kind == "hemisphere" and start.v == "e1":
         return "hemisphere"
     return "equiangular" if start.kind == "equiangular" else None
+
+
+def option_arguments(sweep, coords) -> dict:
+    """The kernel's keywords of the issue-8 options for one cell (noise, value_rotation,
+    hardmax_tol, ensemble_scaling, layer_norm); with every option at its default, none (today's
+    call)."""
+    out = {} if sweep.noise is None else {"noise": sweep.noise, "sigma": float(coords["sigma"])}
+    if sweep.value_rotation:
+        out["value_rotation"] = sweep.value_rotation
+    if sweep.attention.endswith("hardmax"):
+        out["hardmax_tol"] = sweep.hardmax_tol
+    if sweep.ensemble_scaling != "normalised":
+        out["ensemble_scaling"] = sweep.ensemble_scaling
+    if sweep.layer_norm != "post":
+        out.update(layer_norm=sweep.layer_norm, ngpt_alpha=sweep.ngpt_alpha)
+    return out
 
 
 @functools.lru_cache(maxsize=64)
