@@ -70,7 +70,8 @@ def query_key(d, qk, matrices):
 
     def draw(rng):
         qr, kr, mr = q.copy(), k.copy(), np.empty((1, d, d))
-        ens.draw_weights(rng, q_kind, k_kind, ens.FIXED, qr, kr, v.copy(), mr)
+        ens.draw_weights(rng, q_kind, k_kind, ens.FIXED, qr, kr, v.copy(), mr,
+                         ens.SCALING_CODES["normalised"])
         return mr[0]
 
     return draw
