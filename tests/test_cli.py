@@ -203,7 +203,7 @@ def test_run_says_what_it_does_and_keeps_the_logs_in_a_file(prefect_server, tiny
     assert f"computed 12 of 12 partitions into {store}" in lines
     assert "INFO" not in result.stdout and len(lines) <= 6, result.stdout  # bar, results, report
     log = Path(f"{store}.log").read_text()
-    assert "INFO" in log and "Flow run 'tiny'" in log and "Completed" in log
+    assert "INFO" in log and f"Flow run 'tiny @ {store}'" in log and "Completed" in log
 
 
 @pytest.mark.slow

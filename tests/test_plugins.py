@@ -339,7 +339,7 @@ def test_external_model_runs_end_to_end(prefect_server, coin_site, write_spec, t
     assert "computed 12 of 12 partitions" in done.stdout, done.stdout
     # the partitions ran as task runs of one flow run on the session's Prefect server
     run = the_flow_run_of_store(prefect_server, store)
-    assert run["name"] == "coin-e2e" and run["state_type"] == "COMPLETED", run
+    assert run["name"] == f"coin-e2e @ {store}" and run["state_type"] == "COMPLETED", run
     labels = {f"beta={beta:g} d=3 n=2 traj={i}:{i + 100}" for beta in COIN_BETAS for i in range(0, 400, 100)}
 
     def partitions(task_runs):
