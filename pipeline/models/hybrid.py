@@ -18,7 +18,7 @@ from .. import theory
 from ..plugin import Model
 from ..recording import RecordingSweep, record_arguments
 from ..report import antipodal
-from ..spec import Grid, SweepBase
+from ..spec import Grid
 from ..starts import Start, initial_overlap
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells
 

@@ -25,7 +25,7 @@ from ..matrix_fields import Matrix, check_fixes_d, per_head_matrices
 from ..plugin import Model
 from ..recording import RecordingSweep, record_arguments
 from ..report import clustering
-from ..spec import Grid, SweepBase, refuse
+from ..spec import Grid, refuse
 from ..starts import Start, starts_of
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments
 

@@ -25,7 +25,7 @@ from ..plugin import Model
 from ..recording import RecordingSweep, record_arguments
 from ..report import antipodal
 from ..matrix_fields import Matrix, check_fixes_d, square_matrix
-from ..spec import MAX_LAYERS, Grid, SweepBase, _axis_values, refuse
+from ..spec import MAX_LAYERS, Grid, _axis_values, refuse
 from ..starts import Start, initial_overlap
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells
 
