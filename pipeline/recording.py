@@ -35,14 +35,6 @@ from .spec import SweepBase, refuse
 
 MAX_RECORD_BINS = 100_000
 
-DIMENSION_ATTRS = {
-    "bin": {"long_name": "overlap bin centre", "units": "1"},
-    "i": {"long_name": "token index i", "units": "1"},
-    "j": {"long_name": "token index j", "units": "1"},
-    "token": {"long_name": "token index", "units": "1"},
-    "component": {"long_name": "coordinate index in R^d", "units": "1"},
-}
-
 
 class RecordingSweep(SweepBase):
     """A sweep of a model on the sphere that can record observables over time (module docstring).
@@ -129,11 +121,12 @@ def output_shape(spec, sizes: dict) -> tuple[int, ...]:
 
 
 def dimension_coords(sweep, dims) -> dict:
-    """{dim: (values, CF attrs)} of the trailing dimensions `dims` (bin: centres and edges)."""
+    """{dim: (values, attrs)} of the trailing dimensions `dims` (bin: centres, and edges in attrs;
+    the CF names are the store's, `store.coord_attrs`)."""
     sizes = dimension_sizes(sweep)
     coords = {}
     for dim in dims:
-        attrs = dict(DIMENSION_ATTRS.get(dim, {"long_name": dim, "units": "1"}))
+        attrs = {}
         if dim == "bin":
             edges = np.linspace(-1.0, 1.0, sizes["bin"] + 1)
             values = (edges[:-1] + edges[1:]) / 2

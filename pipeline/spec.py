@@ -80,6 +80,14 @@ def _axis_values(value: Any, field: str) -> list:
     return [value]
 
 
+def nonnegative_axis(values: tuple, name: str) -> tuple:
+    """A grid axis of strengths (e.g. a noise's sigma): finite and >= 0, or a one-line refusal."""
+    bad = [v for v in values if not math.isfinite(v) or v < 0]
+    if bad:
+        raise ValueError(f"contains {bad}, but {name} must be finite and >= 0: remove them")
+    return values
+
+
 def _short(value: Any, limit: int = 60) -> str:
     """repr of a value, cut to one short line for an error message."""
     text = repr(value).replace("\n", " ")

@@ -57,10 +57,18 @@ COORD_ATTRS = {
     "beta": {"long_name": "inverse temperature", "units": "1"},
     "d": {"long_name": "dimension of the ambient space", "units": "1"},
     "n": {"long_name": "number of tokens", "units": "1"},
-    "sigma": {"long_name": "amplitude of the common noise", "units": "1"},
+    "sigma": {"long_name": "noise strength", "units": "1"},
+    "rho0": {"long_name": "initial overlap of the two tokens", "units": "1"},
+    "layers": {"long_name": "number of layers (h = T / layers)", "units": "1"},
     "t": {"long_name": "checkpoint time", "units": "1"},
     "traj": {"long_name": "trajectory index", "units": "1"},
     "block": {"long_name": "trajectory block (partition along traj)", "units": "1"},
+    # trailing dimensions of recorded observables (`recording`)
+    "bin": {"long_name": "overlap bin centre", "units": "1"},
+    "i": {"long_name": "token index i", "units": "1"},
+    "j": {"long_name": "token index j", "units": "1"},
+    "token": {"long_name": "token index", "units": "1"},
+    "component": {"long_name": "coordinate index in R^d", "units": "1"},
 }
 DAMAGED_HINT = "the store is damaged: restore it from a copy, or delete it and run the spec again"
 
@@ -139,7 +147,7 @@ def _trailing_dimensions(sweep: SweepBase, outputs, coords: dict) -> dict[str, i
     """Sizes of the trailing dimensions `outputs` use; adds their coordinates to `coords`."""
     used = list(dict.fromkeys(dim for out in outputs for dim in out.extra_dims))
     for dim, (values, attrs) in dimension_coords(sweep, used).items():
-        coords[dim] = (dim, values, attrs)
+        coords[dim] = (dim, values, {**coord_attrs(dim), **attrs})
     sizes = dimension_sizes(sweep)
     return {dim: sizes[dim] for dim in used}
 

@@ -7,7 +7,6 @@ thresholds: USA one sharp sigma_c = sqrt(2 e^-beta), SA a bistable window.
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np
@@ -18,7 +17,7 @@ from .. import theory
 from ..plugin import Model
 from ..recording import RecordingSweep, record_arguments
 from ..report import antipodal
-from ..spec import Grid
+from ..spec import Grid, nonnegative_axis
 from ..starts import Start, initial_overlap
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells
 
@@ -31,10 +30,7 @@ class HybridGrid(Grid):
     @field_validator("sigma")
     @classmethod
     def _noise_amplitude(cls, values):
-        bad = [v for v in values if not math.isfinite(v) or v < 0]
-        if bad:
-            raise ValueError(f"contains {bad}, but sigma must be finite and >= 0")
-        return values
+        return nonnegative_axis(values, "sigma")
 
 
 class HybridSweep(RecordingSweep):

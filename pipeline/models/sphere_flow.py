@@ -13,7 +13,6 @@ is divided by sqrt(d); so a theory time t_th is simulated at t = t_th * sqrt(d)^
 from __future__ import annotations
 
 import functools
-import math
 from typing import Literal, Optional
 
 import numpy as np
@@ -25,7 +24,7 @@ from ..matrix_fields import Matrix, check_fixes_d, per_head_matrices
 from ..plugin import Model
 from ..recording import RecordingSweep, record_arguments
 from ..report import clustering
-from ..spec import Grid, refuse
+from ..spec import Grid, nonnegative_axis, refuse
 from ..starts import Start, starts_of
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments
 
@@ -41,10 +40,7 @@ class SphereFlowGrid(Grid):
     @field_validator("sigma")
     @classmethod
     def _noise_strength(cls, values):
-        bad = [v for v in values if not math.isfinite(v) or v < 0]
-        if bad:
-            raise ValueError(f"contains {bad}, but sigma must be finite and >= 0: remove them")
-        return values
+        return nonnegative_axis(values, "sigma")
 
 
 class SphereFlowSweep(RecordingSweep):
