@@ -66,47 +66,45 @@ def catalog() -> list[CatalogEntry]:
     return entries
 
 
-def load_spec(spec, **overrides):
-    """A validated spec from a YAML path, a catalog name, a dict or a spec; raises SpecError."""
+def load_spec(spec, scale=None, **overrides):
+    """A validated spec from a YAML path, a catalog name, a dict or a spec, at `scale` ("small",
+    the default, or "paper": the spec's `scales` block); raises SpecError."""
     from .pipeline.spec import SweepBase, load_sweep, parse_sweep
 
     if isinstance(spec, SweepBase):
         return parse_sweep(spec.model_dump(mode="json"), **overrides)
     if isinstance(spec, dict):
-        return parse_sweep(spec, **overrides)
-    return load_sweep(spec, **overrides)
+        return parse_sweep(spec, scale, **overrides)
+    return load_sweep(spec, scale, **overrides)
 
 
-def open(store_or_name):  # noqa: A001 (the API's name, as xarray's open_dataset)
-    """The cube of a store (path), or of a spec's default store (catalog name, YAML file, spec):
-    lazy, outputs NaN outside done partitions, attrs["pending"], squeezed, CF-labelled."""
+def open(store_or_name, scale=None):  # noqa: A001 (the API's name, as xarray's open_dataset)
+    """The cube of a store (path), or of a spec's default store (catalog name, YAML file, spec;
+    at `scale`): lazy, outputs NaN outside done partitions, attrs["pending"], squeezed, CF-labelled."""
     from .pipeline.reading import open_sweep
 
-    return open_sweep(store_or_name)
+    return open_sweep(store_or_name, scale)
 
 
-def run(spec, store=None, workers=None, scheduler=None, progress=True):
+def run(spec, store=None, workers=None, scheduler=None, progress=True, scale=None):
     """Run (or resume, or grow) a sweep and return its cube (`open`).
 
-    spec: a YAML path, a catalog name, a dict or a spec; store: where (default: the spec's);
+    spec: a YAML path, a catalog name, a dict or a spec; scale: "small" (default) or "paper" (the
+    spec's `scales` block); store: where (default: the spec's);
     workers: local Dask worker processes (default: one per core); scheduler: the address or
     scheduler file of an existing Dask cluster. Raises SpecError or StoreError before anything
     runs (the message names the field and the fix), SweepError when partitions failed.
     """
     from .flows.child import resolve_for_store, run_in_child
-    from .pipeline.spec import SweepBase
+    from .pipeline.spec import SweepBase, read_spec, spec_at_scale
 
     if isinstance(spec, SweepBase):
         data = spec.model_dump(mode="json", exclude={"store"})
         store = spec.store if store is None else store
     elif isinstance(spec, dict):
-        data = dict(spec)
+        data = spec_at_scale(spec, scale)
     else:
-        import yaml
-
-        from .pipeline.spec import resolve_spec_path
-
-        data = yaml.safe_load(resolve_spec_path(spec).read_text(encoding="utf-8"))
+        data = read_spec(spec, scale or "small")
     sweep = resolve_for_store(data, None if store is None else str(store))
     summary = run_in_child(sweep, workers=workers, scheduler=scheduler, progress=progress)
     if progress:

@@ -28,10 +28,9 @@ from typing import Optional
 
 import numpy as np
 import typer
-import yaml
 
-from ..pipeline.spec import CATALOG, SpecError, estimated_store_bytes, format_bytes, load_sweep, \
-    resolve_spec_path
+from ..pipeline.scales import scales_of
+from ..pipeline.spec import CATALOG, SpecError, estimated_store_bytes, format_bytes, load_sweep, read_spec
 from ..pipeline.store import DONE, FAILED, PENDING, StoreError, spec_differences, stored_sweep, \
     NEW_STORE_HINT, read_status
 
@@ -48,6 +47,8 @@ SpecArg = typer.Argument(..., help="YAML spec file, or the name of a catalog ent
 StoreOpt = typer.Option(None, help="zarr store path", show_default="the spec's `store`")
 WorkersOpt = typer.Option(None, min=1, help="local Dask worker processes",
                           show_default="one per core")
+ScaleOpt = typer.Option(None, help="small: the quick version (a minute or two on 2 cores); paper: the "
+                        "paper's sizes (the spec's `scales` block)", show_default="small")
 PartitionOpt = typer.Option(None, min=1, help="trajectories per partition",
                             show_default="the spec's, or the existing store's")
 SchedulerOpt = typer.Option(None, help="address of an existing Dask scheduler (tcp://HOST:PORT)",
@@ -118,17 +119,17 @@ def _check_store_path(path: Path) -> None:
 
 
 def resolve_run(spec_path: str, store: Optional[str], partition_traj: Optional[int],
-                check_lock: bool = True):
+                check_lock: bool = True, scale: Optional[str] = None):
     """Validate the spec against the command line and any existing store; write nothing."""
-    sweep = load_sweep(spec_path, store=store, partition_traj=partition_traj)
+    sweep = load_sweep(spec_path, scale, store=store, partition_traj=partition_traj)
     path = Path(sweep.store)
     _check_store_path(path)
     if path.is_dir() and any(path.iterdir()):
         old = stored_sweep(path)
-        raw = yaml.safe_load(resolve_spec_path(spec_path).read_text(encoding="utf-8"))
+        raw = read_spec(spec_path, scale or "small")
         if partition_traj is None and "partition_traj" not in raw:
             # a store keeps the partitioning it was created with unless the user asks otherwise
-            sweep = load_sweep(spec_path, store=store, partition_traj=old.partition_traj)
+            sweep = load_sweep(spec_path, scale, store=store, partition_traj=old.partition_traj)
         diff = spec_differences(old, sweep, growable=True)  # what remains would change stored numbers
         if diff:
             raise StoreError(f"{path} holds a different spec ({'; '.join(diff)}): {NEW_STORE_HINT}")
@@ -292,6 +293,7 @@ def _first_line(err: BaseException) -> str:
 def run(
     spec: str = SpecArg,
     store: Optional[str] = StoreOpt,
+    scale: Optional[str] = ScaleOpt,
     workers: Optional[int] = WorkersOpt,
     partition_traj: Optional[int] = PartitionOpt,
     scheduler: Optional[str] = SchedulerOpt,
@@ -313,7 +315,7 @@ def run(
     batch = _batch(cluster, cluster_profile, workers, scheduler or scheduler_file, queue=queue,
                    account=account, walltime=walltime, memory=memory, jobs=jobs, cores=cores)
     try:
-        sweep = resolve_run(spec, store, partition_traj)
+        sweep = resolve_run(spec, store, partition_traj, scale=scale)
     except (SpecError, StoreError) as err:
         _fail(str(err))
     _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
@@ -380,12 +382,14 @@ def _cost(sweep) -> str:
 
 
 @app.command()
-def catalog():
+def catalog(scale: Optional[str] = ScaleOpt):
     """List the catalog: name, model, cost (cells x trajectories x layers), figure or claim."""
     claims = _catalog_claims()
     for path in sorted(CATALOG.glob("*.yaml")):
+        if scale not in (None, "small") and scale not in scales_of(read_spec(path)):
+            continue  # no such size of this entry
         try:
-            sweep = load_sweep(path)
+            sweep = load_sweep(path, scale)
         except SpecError as err:
             typer.echo(f"{path.stem:22s} invalid: {err}")
             continue
@@ -440,6 +444,7 @@ def _duration(seconds: float) -> str:
 def plan(
     spec: str = SpecArg,
     store: Optional[str] = StoreOpt,
+    scale: Optional[str] = ScaleOpt,
     partition_traj: Optional[int] = PartitionOpt,
     workers: Optional[int] = WorkersOpt,
     calibrate: bool = typer.Option(True, help="time a few trajectories of the first cell to "
@@ -450,7 +455,7 @@ def plan(
     from ..pipeline.plan import Plan
 
     try:
-        sweep = resolve_run(spec, store, partition_traj, check_lock=False)
+        sweep = resolve_run(spec, store, partition_traj, check_lock=False, scale=scale)
     except (SpecError, StoreError) as err:
         _fail(str(err))
     partitions, todo = len(Plan(sweep)), _to_run(sweep)

@@ -33,9 +33,10 @@ from .store import coord_attrs, open_cube
 __all__ = ["open_sweep", "store_path"]
 
 
-def store_path(target) -> Path:
+def store_path(target, scale: str | None = None) -> Path:
     """Where a cube is: a store path, or the default store of a spec (a catalog name, a YAML file
-    or a parsed spec); a path that is neither is returned as it is, for `open_cube` to refuse."""
+    or a parsed spec; at `scale`); a path that is neither is returned as it is, for `open_cube` to
+    refuse."""
     if isinstance(target, SweepBase):
         return Path(target.store)
     path = Path(target)
@@ -45,12 +46,13 @@ def store_path(target) -> Path:
         resolve_spec_path(target)
     except SpecError:
         return path
-    return Path(load_sweep(target).store)
+    return Path(load_sweep(target, scale).store)
 
 
-def open_sweep(target) -> xr.Dataset:
-    """The cube at `target` (a store, or a spec's default store), masked, squeezed and labelled."""
-    ds = open_cube(store_path(target))
+def open_sweep(target, scale: str | None = None) -> xr.Dataset:
+    """The cube at `target` (a store, or a spec's default store at `scale`), masked, squeezed and
+    labelled."""
+    ds = open_cube(store_path(target, scale))
     done = done_mask(ds)
     pending = pending_count(ds)
     if done is not None:

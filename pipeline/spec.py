@@ -39,6 +39,8 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
                       model_validator)
 
+from .scales import ScaleError, at_scale, default_store
+
 MAX_CELLS = 10_000_000
 SPEC_ATTR = "tokensweep_spec"  # the store attribute holding a cube's spec as JSON
 MAX_LAYERS = 100_000_000
@@ -272,7 +274,7 @@ class SweepBase(_Strict):
     @model_validator(mode="after")
     def _defaults_and_size(self):
         if not self.store:
-            object.__setattr__(self, "store", f"results/{self.name}.zarr")
+            object.__setattr__(self, "store", default_store(self.name))
         if self.partition_traj == 0:
             object.__setattr__(self, "partition_traj", self.trajectories)
         if self.n_cells > MAX_CELLS:
@@ -348,8 +350,9 @@ def _format_errors(err: ValidationError, model: str | None, names: list[str]) ->
         .replace("\n", " ")
 
 
-def parse_sweep(data: dict, **overrides) -> SweepBase:
-    """Validate plain data (e.g. loaded YAML) into its model's spec; None overrides are ignored.
+def parse_sweep(data: dict, scale: str | None = None, **overrides) -> SweepBase:
+    """Validate plain data (e.g. loaded YAML) into its model's spec at `scale` (`pipeline.scales`;
+    None: the spec as written); None overrides are ignored.
 
     Raises SpecError, with one line `field: problem`, for anything that cannot run.
     """
@@ -358,6 +361,7 @@ def parse_sweep(data: dict, **overrides) -> SweepBase:
     if not isinstance(data, dict):
         raise SpecError(f"spec: a spec is a mapping of fields (name: ..., model: ...), "
                         f"got {type(data).__name__}")
+    data = spec_at_scale(data, scale)
     data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
     try:
         return sweep_adapter().validate_python(data)
@@ -366,8 +370,17 @@ def parse_sweep(data: dict, **overrides) -> SweepBase:
         raise SpecError(_format_errors(err, model, list(registry()))) from None
 
 
-def load_sweep(path: str | Path, **overrides) -> SweepBase:
-    """Read a YAML spec file (or a catalog name), validate it and check the size of its store."""
+def load_sweep(path: str | Path, scale: str | None = None, **overrides) -> SweepBase:
+    """Read a YAML spec file (or a catalog name) at `scale`, validate it and check the size of
+    its store."""
+    sweep = parse_sweep(read_spec(path, scale), **overrides)
+    check_store_size(sweep)
+    return sweep
+
+
+def read_spec(path: str | Path, scale: str | None = None) -> dict:
+    """The plain data of a YAML spec file (or a catalog name), at `scale` when one is given (else
+    with its `scales` block); raises SpecError for a file that is not a YAML mapping."""
     path = resolve_spec_path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -389,9 +402,15 @@ def load_sweep(path: str | Path, **overrides) -> SweepBase:
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a spec is a mapping of fields (name: ..., model: ...), "
                         f"but this file holds a {type(data).__name__}")
-    sweep = parse_sweep(data, **overrides)
-    check_store_size(sweep)
-    return sweep
+    return data if scale is None else spec_at_scale(data, scale, where=str(path))
+
+
+def spec_at_scale(data: dict, scale: str | None, where: str = "the spec") -> dict:
+    """`scales.at_scale`, raising SpecError."""
+    try:
+        return at_scale(data, scale, where)
+    except ScaleError as err:
+        raise SpecError(str(err)) from None
 
 
 CATALOG = Path(__file__).resolve().parent.parent / "catalog"  # the `tokensweep.catalog` package
