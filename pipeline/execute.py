@@ -61,8 +61,8 @@ def _partition_done(store: str | Path, plan: Plan, part: Partition) -> bool:
     # chunks=None: plain lazy indexing, no dask. Inside a task on a distributed worker a dask
     # read would be computed on the cluster itself, and the waiting task would free its
     # thread for another partition: two kernels on one single-thread worker.
-    with xr.open_zarr(location.zarr_store(store, read_only=True), consolidated=False,
-                      chunks=None) as ds:
+    with xr.open_zarr(location.zarr_store(store, read_only=True),
+                      consolidated=location.consolidated(store), chunks=None) as ds:
         return int(ds["status"].isel(plan.status_region(part)).values.item()) == DONE
 
 

@@ -108,6 +108,14 @@ def zarr_store(store, read_only: bool = False):
                                              storage_options={"use_listings_cache": False})
 
 
+def consolidated(store) -> bool:
+    """Whether to open `store` through its consolidated metadata: yes for a remote one, where
+    each metadata file is a request (a partition's writes took 260 requests without it); no for
+    a local one (as always). Safe because a store's metadata is final at creation and re-
+    consolidated under the lock when its attributes change (`store.record_provenance`)."""
+    return is_remote(store)
+
+
 # -- the few file operations besides zarr --------------------------------------------------------
 
 def exists(target) -> bool:

@@ -202,7 +202,7 @@ def store_batch_shape(path: str | Path) -> tuple[int, ...]:
 
     try:
         status = zarr.open_group(location.zarr_store(path, read_only=True), mode="r",
-                                 use_consolidated=False)["status"]
+                                 use_consolidated=location.consolidated(path))["status"]
         return tuple(int(n) for n in (status.shards or status.chunks))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{path}: cannot read the layout of `status` ({type(err).__name__}: "
@@ -392,7 +392,8 @@ def read_status(path: str | Path) -> np.ndarray:
 def read_partition_table(path: str | Path, name: str) -> np.ndarray:
     """One per-partition variable (status, started, finished), flattened in plan order."""
     try:
-        with xr.open_zarr(location.zarr_store(path, read_only=True), consolidated=False,
+        with xr.open_zarr(location.zarr_store(path, read_only=True),
+                          consolidated=location.consolidated(path),
                           chunks=None) as ds:  # no dask: see execute.py
             return ds[name].values.reshape(-1)
     except (OSError, ValueError, KeyError, TypeError) as err:
@@ -406,7 +407,8 @@ def write_outputs(path: str | Path, plan: Plan, part: Partition, outputs: dict[s
     region["t"] = slice(None)
     data = partition_dataset(plan, outputs)
     region.update({dim: slice(None) for dim in data.dims if dim not in region})  # trailing: whole
-    data.to_zarr(location.zarr_store(path), region=region, mode="r+", consolidated=False)
+    data.to_zarr(location.zarr_store(path), region=region, mode="r+",
+                 consolidated=location.consolidated(path))
 
 
 def partition_dataset(plan: Plan, outputs: dict[str, np.ndarray]) -> xr.Dataset:
@@ -428,7 +430,8 @@ def mark_started(path: str | Path, plan: Plan, part: Partition, started: float) 
     """Record that a partition is running (its status stays pending until it is done)."""
     dims = (*plan.sweep.axes, "block")
     xr.Dataset({"started": (dims, np.full((1,) * len(dims), started))}).to_zarr(
-        location.zarr_store(path), region=plan.status_region(part), mode="r+", consolidated=False)
+        location.zarr_store(path), region=plan.status_region(part), mode="r+",
+        consolidated=location.consolidated(path))
 
 
 def write_status(path: str | Path, plan: Plan, part: Partition, status: int,
@@ -437,21 +440,22 @@ def write_status(path: str | Path, plan: Plan, part: Partition, status: int,
     dims = (*plan.sweep.axes, "block")
     shape = (1,) * len(dims)
     region = plan.status_region(part)
-    path = location.zarr_store(path)
+    store, consolidated = location.zarr_store(path), location.consolidated(path)
     timing = xr.Dataset({
         "started": (dims, np.full(shape, started)),
         "finished": (dims, np.full(shape, finished)),
     })
-    timing.to_zarr(path, region=region, mode="r+", consolidated=False)
+    timing.to_zarr(store, region=region, mode="r+", consolidated=consolidated)
     xr.Dataset({"status": (dims, np.full(shape, status, dtype="i1"))}).to_zarr(
-        path, region=region, mode="r+", consolidated=False)
+        store, region=region, mode="r+", consolidated=consolidated)
 
 
 def open_cube(path: str | Path) -> xr.Dataset:
     """Open a cube lazily (dask-backed), checking that it is a tokensweep store."""
     stored_sweep(path)
     try:
-        return xr.open_zarr(location.zarr_store(path, read_only=True), consolidated=False)
+        return xr.open_zarr(location.zarr_store(path, read_only=True),
+                            consolidated=location.consolidated(path))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{path}: cannot open the cube ({type(err).__name__}: {err}): "
                          f"{DAMAGED_HINT}") from None
