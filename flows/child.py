@@ -49,10 +49,9 @@ def resolve_for_store(data: dict, store: str | None = None) -> SweepBase:
     spec names one; a spec that only adds (`store.growth`) grows the store; anything else, a
     damaged store or one locked by another sweep raises StoreError.
     """
+    from ..pipeline import location
     from ..pipeline.lock import describe_lock
     from ..pipeline.store import growth, read_status, stored_sweep
-
-    from ..pipeline import location
 
     sweep = parse_sweep(data, store=store)
     path = sweep.store if location.is_remote(sweep.store) else Path(sweep.store)

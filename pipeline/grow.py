@@ -48,12 +48,12 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from . import location
 from .models import get_model
 from .plan import Plan
 from .recording import declared_outputs
-from . import location
 from .spec import SweepBase
-from .store import StoreError,  DONE, create_store, errors_dir, growth, read_status, stored_sweep
+from .store import DONE, StoreError, create_store, errors_dir, growth, read_status, stored_sweep
 
 __all__ = ["grow_store", "recover", "interrupted", "sibling", "refuse_remote"]
 

@@ -353,10 +353,10 @@ def prepare_store(sweep: SweepBase, path: str | Path) -> str:
     """
     from .grow import grow_store, recover
 
-    if location.is_remote(path):  # no grow on an object store (`grow.refuse_remote`)
+    if location.is_remote(path):  # never grown (`grow.refuse_remote`), so nothing to recover
         if location.holds_anything(path):
-            growth(stored_sweep(path), sweep, path)
-            return "grown" if grow_store(sweep, path) else "resumed"
+            grow_store(sweep, path)  # refuses a different spec, and any growth
+            return "resumed"
         create_store(sweep, path)
         return "created"
     path = Path(path)
