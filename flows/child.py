@@ -49,16 +49,23 @@ def resolve_for_store(data: dict, store: str | None = None) -> SweepBase:
     spec names one; a spec that only adds (`store.growth`) grows the store; anything else, a
     damaged store or one locked by another sweep raises StoreError.
     """
+    from ..pipeline import location
     from ..pipeline.lock import describe_lock
     from ..pipeline.store import growth, read_status, stored_sweep
 
     sweep = parse_sweep(data, store=store)
-    path = Path(sweep.store)
-    if path.is_dir() and any(path.iterdir()):
+    path = sweep.store if location.is_remote(sweep.store) else Path(sweep.store)
+    if location.is_remote(path):
+        location.check_reachable(path)
+    if location.holds_anything(path):
         old = stored_sweep(path)
         if "partition_traj" not in data:
             sweep = parse_sweep({**data, "partition_traj": old.partition_traj}, store=store)
-        growth(old, sweep, path)
+        added = growth(old, sweep, path)
+        if location.is_remote(path):
+            from ..pipeline.grow import refuse_remote
+
+            refuse_remote(path, added)
         read_status(path)
     lock = describe_lock(path)
     if lock:

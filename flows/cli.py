@@ -29,6 +29,7 @@ from typing import Optional
 import numpy as np
 import typer
 
+from ..pipeline import location
 from ..pipeline.scales import scales_of
 from ..pipeline.spec import CATALOG, SpecError, estimated_store_bytes, format_bytes, load_sweep, read_spec
 from ..pipeline.store import DONE, FAILED, PENDING, StoreError, spec_differences, stored_sweep, \
@@ -41,10 +42,12 @@ app.add_typer(server_app, name="server")
 
 # Defaults that are not plain values are shown with show_default: typer's help renders text
 # like "[default: x]" inside a help string as rich markup, i.e. drops it.
-StoreArg = typer.Argument(..., help="path of a tokensweep zarr store", show_default=False)
+StoreArg = typer.Argument(..., help="path or URL (s3://bucket/x.zarr) of a tokensweep zarr store",
+                          show_default=False)
 SpecArg = typer.Argument(..., help="YAML spec file, or the name of a catalog entry",
                          show_default=False)
-StoreOpt = typer.Option(None, help="zarr store path", show_default="the spec's `store`")
+StoreOpt = typer.Option(None, help="zarr store path, or URL (s3://bucket/x.zarr)",
+                        show_default="the spec's `store`")
 WorkersOpt = typer.Option(None, min=1, help="local Dask worker processes",
                           show_default="one per core")
 ScaleOpt = typer.Option(None, help="small: the quick version (a minute or two on 2 cores); paper: the "
@@ -102,8 +105,12 @@ def _main_options(
 
 # -- validation: everything a run needs, checked before anything is computed or written -------
 
-def _check_store_path(path: Path) -> None:
-    """A store path a sweep can create or resume: not a file, in a folder one can write in."""
+def _check_store_path(path: Path | str) -> None:
+    """A store path a sweep can create or resume: not a file, in a folder one can write in; a
+    store URL: a protocol fsspec knows, an endpoint that answers, credentials, the bucket."""
+    if location.is_remote(path):
+        location.check_reachable(path)
+        return
     if path.exists() and not path.is_dir():
         raise StoreError(f"store {path} is a file, not a store folder: give --store a new path "
                          "or an existing tokensweep store")
@@ -122,9 +129,9 @@ def resolve_run(spec_path: str, store: Optional[str], partition_traj: Optional[i
                 check_lock: bool = True, scale: Optional[str] = None):
     """Validate the spec against the command line and any existing store; write nothing."""
     sweep = load_sweep(spec_path, scale, store=store, partition_traj=partition_traj)
-    path = Path(sweep.store)
+    path = _store(sweep.store)
     _check_store_path(path)
-    if path.is_dir() and any(path.iterdir()):
+    if location.holds_anything(path):
         old = stored_sweep(path)
         raw = read_spec(spec_path, scale or "small")
         if partition_traj is None and "partition_traj" not in raw:
@@ -133,13 +140,23 @@ def resolve_run(spec_path: str, store: Optional[str], partition_traj: Optional[i
         diff = spec_differences(old, sweep, growable=True)  # what remains would change stored numbers
         if diff:
             raise StoreError(f"{path} holds a different spec ({'; '.join(diff)}): {NEW_STORE_HINT}")
+        if location.is_remote(path):  # no grow there: refused now, not in the flow
+            from ..pipeline.grow import refuse_remote
+            from ..pipeline.store import growth
+
+            refuse_remote(path, growth(old, sweep, path))
         read_status(path)  # a damaged store is refused here, before any flow starts
     if check_lock:
         _refuse_if_locked(path)
     return sweep
 
 
-def _refuse_if_locked(store: Path) -> None:
+def _store(store: str) -> Path | str:
+    """A store argument as the pipeline takes it: a Path, or a URL kept as text."""
+    return store if location.is_remote(store) else Path(location.normalised(store))
+
+
+def _refuse_if_locked(store: Path | str) -> None:
     from ..pipeline.lock import read_lock, store_lock
 
     if read_lock(store) is not None:
@@ -151,7 +168,7 @@ def _refuse_if_locked(store: Path) -> None:
             raise
 
 
-def _report_crashed(store: Path) -> None:
+def _report_crashed(store: Path | str) -> None:
     """A stale lock's flow run is set Crashed in Prefect (it stays Running there otherwise)."""
     from .flow_lock import mark_crashed_if_stale
 
@@ -189,13 +206,13 @@ def _to_run(sweep, failed_only: bool = False) -> int:
     """How many partitions a run would compute: those not done (or only the failed ones)."""
     from ..pipeline.plan import Plan
 
-    if not (Path(sweep.store) / "zarr.json").is_file():
+    if not location.exists(f"{sweep.store.rstrip('/')}/zarr.json"):
         return len(Plan(sweep))
     flat = read_status(sweep.store)
     return int((flat == FAILED).sum() if failed_only else (flat != DONE).sum())
 
 
-def _done(store: Path) -> int:
+def _done(store: Path | str) -> int:
     try:
         return int((read_status(store) == DONE).sum())
     except StoreError:  # not created yet
@@ -205,6 +222,9 @@ def _done(store: Path) -> int:
 # -- running: a quiet terminal, logs beside the store ----------------------------------------
 
 def log_path(store: str | Path) -> Path:
+    """STORE.log; for a remote store, NAME.log in the current folder (logs stay local)."""
+    if location.is_remote(store):
+        return location.local_sibling(store, ".log")
     store = Path(store)
     return store.with_name(store.name + ".log")
 
@@ -244,7 +264,7 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
     from ..pipeline.plan import Plan
     from .jobqueue import JobqueueError, batch_cluster, fit_to_work
 
-    store, total = Path(sweep.store), len(Plan(sweep))
+    store, total = _store(sweep.store), len(Plan(sweep))
     log, todo = log_path(store), _to_run(sweep, failed_only)
     details = "" if verbose else f" (details in {log})"
     batch = batch and fit_to_work(batch, todo)
@@ -342,13 +362,14 @@ def rerun(
     verbose: bool = VerboseOpt,
 ):
     """Redo the partitions of STORE that are not done (or only the failed ones), with its own spec."""
+    store = location.normalised(store)  # a file:// URL is its path
     _one_of_quiet_verbose(quiet, verbose)
     batch = _batch(cluster, cluster_profile, workers, scheduler or scheduler_file, queue=queue,
                    account=account, walltime=walltime, memory=memory, jobs=jobs, cores=cores)
     try:
         sweep = stored_sweep(store).model_copy(update={"store": store})
         read_status(store)
-        _refuse_if_locked(Path(store))
+        _refuse_if_locked(_store(store))
     except StoreError as err:
         _fail(str(err))
     _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
@@ -492,10 +513,17 @@ def plan(
 @app.command()
 def unlock(store: str = StoreArg):
     """Break the lock of STORE left by a sweep that died (check that none is running first)."""
+    store = location.normalised(store)  # a file:// URL is its path
     from ..pipeline.lock import break_lock, is_running_here, lock_path, owner_text
     from .flow_lock import mark_crashed
 
-    if not Path(store).exists() and not lock_path(store).exists():
+    try:
+        if location.is_remote(store):
+            location.check_reachable(store)
+        found = location.exists(store) or location.exists(lock_path(store))
+    except StoreError as err:
+        _fail(str(err))
+    if not found:
         _fail(f"no store at {store} and no lock beside it: check the path")
     held = break_lock(store)
     typer.echo(f"broke the lock held by {owner_text(held)}" if held is not None
@@ -512,6 +540,7 @@ def unlock(store: str = StoreArg):
 @app.command()
 def status(store: str = StoreArg):
     """Partitions done / pending / failed; each failed one with its cell, block and error."""
+    store = location.normalised(store)  # a file:// URL is its path
     from ..pipeline.lock import describe_lock
     from ..pipeline.plan import Plan
     from ..pipeline.store import read_error, read_partition_table
@@ -547,6 +576,7 @@ def report(
     out: Optional[str] = typer.Option(None, help="output folder", show_default="STORE.report"),
 ):
     """Write phase.png and report.md (empirical probabilities against the closed forms)."""
+    store = location.normalised(store)  # a file:// URL is its path
     from ..pipeline.report import write_report
     from ..pipeline.store import open_cube
 
@@ -557,7 +587,7 @@ def report(
             if (flat != DONE).any():
                 typer.echo(f"warning: {(flat != DONE).sum()} partitions not done; "
                            "the report covers done partitions' cells only", err=True)
-            paths = write_report(ds, Path(out) if out else Path(store).with_suffix(".report"))
+            paths = write_report(ds, Path(out) if out else location.report_dir(store))
     except StoreError as err:
         _fail(str(err))
     for name, path in paths.items():

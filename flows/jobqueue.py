@@ -22,7 +22,8 @@ import signal
 import threading
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+
+from ..pipeline import location
 
 KINDS = {  # --cluster NAME: dask_jobqueue's class, submit command, walltime format
     "slurm": ("SLURMCluster", "sbatch",
@@ -288,9 +289,9 @@ def jobqueue_cluster(options: JobqueueOptions, partitions: int, *, job_name: str
 
 def batch_cluster(options: JobqueueOptions | None, partitions: int, sweep):
     """`jobqueue_cluster` for a sweep: jobs named after it (``squeue -n tokensweep-NAME``), their
-    logs in ``STORE.jobs/``; a context yielding None when there is no batch cluster."""
+    logs in ``STORE.jobs/`` (NAME.jobs/ here for a remote store); a context yielding None when there is no batch cluster."""
     if options is None:
         return nullcontext(None)
     return jobqueue_cluster(options, partitions,
                             job_name="tokensweep-" + re.sub(r"[^\w.-]", "_", sweep.name),
-                            log_directory=f"{Path(sweep.store).absolute()}.jobs")
+                            log_directory=str(location.local_sibling(sweep.store, ".jobs").absolute()))

@@ -20,6 +20,7 @@ from prefect.cache_policies import NONE
 from prefect.futures import as_completed
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..pipeline import location
 from ..pipeline.batch import run_batch
 from ..pipeline.execute import pending_partitions, run_partition
 from ..pipeline.plan import Plan
@@ -65,7 +66,7 @@ def report_task(store: str) -> dict:
 
 
 def report_dir(store: str | Path) -> Path:
-    return Path(store).with_suffix(".report")
+    return location.report_dir(store)
 
 
 @flow(name="sweep", flow_run_name="{spec[name]} @ {store}")

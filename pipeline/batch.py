@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from . import location
 from .execute import PartitionResult, describe_failure, run_partition, simulate_partition
 from .models import get_model
 from .recording import declared_outputs
@@ -69,7 +70,8 @@ class _BatchWriter:
         self.sweep, self.plan, self.store = sweep, plan, store
         self.region = plan.batch_region(batch, shape)  # over (grid axes..., block)
         self.partitions = plan.batch_partitions(batch, shape)
-        group = zarr.open_group(store, mode="r+", use_consolidated=False)
+        group = zarr.open_group(location.zarr_store(store), mode="r+",
+                                use_consolidated=location.consolidated(store))
         self.outputs = list(declared_outputs(get_model(sweep.model), sweep))
         self.arrays = {name: group[name] for name in (*self.outputs, "started", "finished", "status")}
         self.selection = {name: self._selection(array.metadata.dimension_names)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from . import location
 from .models import get_model
 from .plan import Partition, Plan
 from .plugin import check_outputs
@@ -56,11 +57,12 @@ def simulate_partition(sweep: SweepBase, part: Partition) -> dict[str, np.ndarra
     return outputs
 
 
-def _partition_done(store: Path, plan: Plan, part: Partition) -> bool:
+def _partition_done(store: str | Path, plan: Plan, part: Partition) -> bool:
     # chunks=None: plain lazy indexing, no dask. Inside a task on a distributed worker a dask
     # read would be computed on the cluster itself, and the waiting task would free its
     # thread for another partition: two kernels on one single-thread worker.
-    with xr.open_zarr(store, consolidated=False, chunks=None) as ds:
+    with xr.open_zarr(location.zarr_store(store, read_only=True),
+                      consolidated=location.consolidated(store), chunks=None) as ds:
         return int(ds["status"].isel(plan.status_region(part)).values.item()) == DONE
 
 
@@ -70,7 +72,7 @@ def run_partition(sweep: SweepBase, store: str | Path, index: int) -> PartitionR
     part = plan[index]
     label = plan.label(part)
     host = socket.gethostname()
-    if _partition_done(Path(store), plan, part):
+    if _partition_done(store, plan, part):
         return PartitionResult(index, label, skipped=True, seconds=0.0, host=host)
     started = time.time()
     mark_started(store, plan, part, started)

@@ -30,6 +30,11 @@ after it, STORE is the old cube or the complete new one, and the next `recover` 
 `store.prepare_store`, under the lock) finishes the swap. Only between the two renames is there
 no STORE, and then both cubes are there, whole, for `recover` to finish with. A grow replaces
 the directory: a cube opened before it must be opened again.
+
+Not on an object store. S3 has no rename, let alone an atomic one: a swap there would be a copy of
+every object, and a crash half-way would leave a mixed cube. A remote store is refused a grow
+(`refuse_remote`, exit 2 on the command line, before anything is written) with the fix: grow a
+local copy, or write the larger spec to a new store.
 """
 
 from __future__ import annotations
@@ -43,13 +48,14 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from . import location
 from .models import get_model
 from .plan import Plan
 from .recording import declared_outputs
 from .spec import SweepBase
-from .store import DONE, create_store, errors_dir, growth, read_status, stored_sweep
+from .store import DONE, StoreError, create_store, errors_dir, growth, read_status, stored_sweep
 
-__all__ = ["grow_store", "recover", "interrupted", "sibling"]
+__all__ = ["grow_store", "recover", "interrupted", "sibling", "refuse_remote"]
 
 NEW, READY, OLD = ".grow-new", ".grow-ready", ".grow-old"
 
@@ -67,6 +73,9 @@ def interrupted(path: str | Path) -> list[str]:
 def grow_store(sweep: SweepBase, path: str | Path) -> list[str]:
     """Grow the store at `path` to the layout of `sweep`; returns what was added ([]: nothing to
     do, the store is left as it is). Raises StoreError if `sweep` would change stored numbers."""
+    if location.is_remote(path):
+        refuse_remote(path, growth(stored_sweep(path), sweep, path))
+        return []
     path = Path(path)
     recover(path)
     old = stored_sweep(path)
@@ -84,6 +93,16 @@ def grow_store(sweep: SweepBase, path: str | Path) -> list[str]:
     tmp.replace(mark)  # the commit point
     _swap(path)
     return added
+
+
+def refuse_remote(store: str, added: list[str]) -> None:
+    """StoreError if `added` is not empty: a store in an object store cannot be grown."""
+    if added:
+        raise StoreError(
+            f"{store}: cannot grow a store in an object store ({'; '.join(added)}): a grow swaps "
+            "folders, which S3 cannot do atomically; copy the store to a local disk (e.g. "
+            f"`aws s3 sync {store} local.zarr`), grow it there and copy it back, or give the "
+            "larger spec a new --store")
 
 
 def recover(path: str | Path) -> None:

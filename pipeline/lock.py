@@ -1,6 +1,7 @@
 """One writer per store: an exclusive lock file beside the store, with its owner and time.
 
-The lock is created atomically (O_CREAT | O_EXCL) as ``STORE.lock``, holding the host,
+The lock is created atomically (O_CREAT | O_EXCL; on S3 a conditional PUT, `location.py`) as
+``STORE.lock`` (an object beside a remote store, in its bucket), holding the host,
 process id and start time of the sweep that writes the store, and what the caller adds (the
 Prefect flow records its flow-run id and API, see `flows.flow_lock`). A second sweep is refused
 with a message naming the owner. A lock whose owner died (same host, process gone) is
@@ -20,17 +21,21 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import location
 from .store import StoreError
 
 
-def lock_path(store: str | Path) -> Path:
+def lock_path(store: str | Path) -> str | Path:
+    """Where the lock is: a Path beside a local store, a URL beside a remote one."""
+    if location.is_remote(store):
+        return location.sibling(store, ".lock")
     store = Path(store)
     return store.with_name(store.name + ".lock")
 
 
 def read_lock(store: str | Path) -> dict | None:
     try:
-        return json.loads(lock_path(store).read_text())
+        return json.loads(location.read_text(lock_path(store)))
     except (OSError, ValueError):
         return None
 
@@ -63,22 +68,19 @@ def store_lock(store: str | Path, **about):
     """Hold the store's lock for the duration of the block; refuse if someone else holds it.
 
     `about`: more to record for whoever finds the lock (JSON values; None ones are left out)."""
-    path = lock_path(store)
-    path.parent.mkdir(parents=True, exist_ok=True)  # taken before the store is created
+    path = lock_path(store)  # taken before the store is created: the folder is made if need be
     owner = {"host": socket.gethostname(), "pid": os.getpid(),
              "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
              **{k: v for k, v in about.items() if v is not None}}
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        location.create_exclusive(path, json.dumps(owner))
     except FileExistsError:
         raise StoreError(f"{store} is being written by another sweep ({describe_lock(store)})") from None
-    with os.fdopen(fd, "w") as f:
-        json.dump(owner, f)
     try:
         yield owner
     finally:
         if read_lock(store) == owner:
-            path.unlink(missing_ok=True)
+            location.delete(path)
 
 
 def owner_text(held: dict) -> str:
@@ -87,7 +89,7 @@ def owner_text(held: dict) -> str:
 
 def describe_lock(store: str | Path) -> str | None:
     """Who holds the lock and what to do about it; None when the store is not locked."""
-    if not lock_path(store).exists():
+    if not location.exists(lock_path(store)):
         return None
     held = read_lock(store) or {}
     if is_stale(held):
@@ -99,5 +101,5 @@ def describe_lock(store: str | Path) -> str | None:
 def break_lock(store: str | Path) -> dict | None:
     """Remove the lock (explicit user action); return who held it."""
     held = read_lock(store)
-    lock_path(store).unlink(missing_ok=True)
+    location.delete(lock_path(store))
     return held

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import xarray as xr
 
+from . import location
 from .analysis.stats import done_mask, pending_count, stored_spec
 from .spec import SpecError, SweepBase, load_sweep, resolve_spec_path
 from .store import coord_attrs, open_cube
@@ -33,20 +34,22 @@ from .store import coord_attrs, open_cube
 __all__ = ["open_sweep", "store_path"]
 
 
-def store_path(target, scale: str | None = None) -> Path:
-    """Where a cube is: a store path, or the default store of a spec (a catalog name, a YAML file
-    or a parsed spec; at `scale`); a path that is neither is returned as it is, for `open_cube` to
-    refuse."""
+def store_path(target, scale: str | None = None) -> Path | str:
+    """Where a cube is: a store path or URL (``s3://bucket/x.zarr``), or the default store of a
+    spec (a catalog name, a YAML file or a parsed spec; at `scale`); a path that is neither is
+    returned as it is, for `open_cube` to refuse."""
     if isinstance(target, SweepBase):
-        return Path(target.store)
-    path = Path(target)
+        return target.store if location.is_remote(target.store) else Path(target.store)
+    if location.is_remote(target):
+        return str(target)
+    path = location.local_path(target)
     if path.is_dir():
         return path
     try:
         resolve_spec_path(target)
     except SpecError:
         return path
-    return Path(load_sweep(target, scale).store)
+    return store_path(load_sweep(target, scale))
 
 
 def open_sweep(target, scale: str | None = None) -> xr.Dataset:

@@ -269,7 +269,7 @@ class SweepBase(_Strict):
     def _path_like(cls, value):
         if "\x00" in value:
             raise ValueError("contains a NUL character: give a plain path")
-        return value
+        return value[len("file://"):] if value.startswith("file://") else value  # a local path
 
     @model_validator(mode="after")
     def _defaults_and_size(self):

@@ -40,6 +40,7 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
+from . import location
 from .failures import clear_error, errors_dir, read_error, write_error  # noqa: F401 (re-exported)
 from .models import get_model
 from .plan import Partition, Plan, default_batch_shape
@@ -200,7 +201,8 @@ def store_batch_shape(path: str | Path) -> tuple[int, ...]:
     import zarr
 
     try:
-        status = zarr.open_group(str(path), mode="r", use_consolidated=False)["status"]
+        status = zarr.open_group(location.zarr_store(path, read_only=True), mode="r",
+                                 use_consolidated=location.consolidated(path))["status"]
         return tuple(int(n) for n in (status.shards or status.chunks))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{path}: cannot read the layout of `status` ({type(err).__name__}: "
@@ -235,6 +237,8 @@ def _is_store(path: Path) -> bool:
 
 def stored_sweep(path: str | Path) -> SweepBase:
     """The spec a store was created with; refuses paths that are not tokensweep stores."""
+    if location.is_remote(path):
+        return _stored_sweep_remote(str(path))
     path = Path(path)
     if not path.exists():
         from .grow import interrupted
@@ -250,6 +254,29 @@ def stored_sweep(path: str | Path) -> SweepBase:
         attrs = json.loads((path / "zarr.json").read_text()).get("attributes", {})
     except (OSError, json.JSONDecodeError) as err:
         raise StoreError(f"{path}: unreadable store metadata ({err})") from None
+    return _spec_of(path, attrs)
+
+
+def _stored_sweep_remote(url: str) -> SweepBase:
+    location.check_reachable(url)
+    try:
+        text = location.read_text(f"{url.rstrip('/')}/zarr.json")
+    except FileNotFoundError:
+        if location.holds_anything(url):
+            raise StoreError(f"{url} is not a zarr v3 store (no zarr.json): not written by "
+                             "tokensweep") from None
+        raise StoreError(f"no store at {url}: run `tokensweep run SPEC --store {url}` first") from None
+    except OSError as err:
+        raise StoreError(f"{url}: unreadable store metadata ({err})") from None
+    try:
+        attrs = json.loads(text).get("attributes", {})
+    except json.JSONDecodeError as err:
+        raise StoreError(f"{url}: unreadable store metadata ({err})") from None
+    return _spec_of(url, attrs)
+
+
+def _spec_of(path, attrs: dict) -> SweepBase:
+    """The spec in a store's root attributes."""
     if SPEC_ATTR not in attrs:
         raise StoreError(f"{path} is a zarr store but not a tokensweep cube (no {SPEC_ATTR} attribute)")
     try:
@@ -326,6 +353,12 @@ def prepare_store(sweep: SweepBase, path: str | Path) -> str:
     """
     from .grow import grow_store, recover
 
+    if location.is_remote(path):  # never grown (`grow.refuse_remote`), so nothing to recover
+        if location.holds_anything(path):
+            grow_store(sweep, path)  # refuses a different spec, and any growth
+            return "resumed"
+        create_store(sweep, path)
+        return "created"
     path = Path(path)
     recover(path)
     if path.exists() and any(path.iterdir()):
@@ -337,17 +370,18 @@ def prepare_store(sweep: SweepBase, path: str | Path) -> str:
 
 def create_store(sweep: SweepBase, path: str | Path, attrs: dict | None = None) -> None:
     """Write a new store's metadata (the template of `sweep`, plus `attrs`); no chunk is written."""
-    path = Path(path)
     ds = template(sweep)
     ds.attrs.update(attrs or {})
     encoding = ds.encoding.pop("tokensweep_chunks")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not location.is_remote(path):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
     # Metadata is final at creation (partitions only write chunks), so consolidating it now
     # is safe and lets `xr.open_zarr(path)` open the cube quietly in one call.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)
-        ds.to_zarr(path, mode="w-", compute=False, zarr_format=3, consolidated=True,
-                   encoding=encoding)
+        ds.to_zarr(location.zarr_store(path), mode="w-", compute=False, zarr_format=3,
+                   consolidated=True, encoding=encoding)
 
 
 def read_status(path: str | Path) -> np.ndarray:
@@ -358,7 +392,9 @@ def read_status(path: str | Path) -> np.ndarray:
 def read_partition_table(path: str | Path, name: str) -> np.ndarray:
     """One per-partition variable (status, started, finished), flattened in plan order."""
     try:
-        with xr.open_zarr(path, consolidated=False, chunks=None) as ds:  # no dask: see execute.py
+        with xr.open_zarr(location.zarr_store(path, read_only=True),
+                          consolidated=location.consolidated(path),
+                          chunks=None) as ds:  # no dask: see execute.py
             return ds[name].values.reshape(-1)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{path}: cannot read `{name}` ({type(err).__name__}: {err}): "
@@ -371,7 +407,8 @@ def write_outputs(path: str | Path, plan: Plan, part: Partition, outputs: dict[s
     region["t"] = slice(None)
     data = partition_dataset(plan, outputs)
     region.update({dim: slice(None) for dim in data.dims if dim not in region})  # trailing: whole
-    data.to_zarr(path, region=region, mode="r+", consolidated=False)
+    data.to_zarr(location.zarr_store(path), region=region, mode="r+",
+                 consolidated=location.consolidated(path))
 
 
 def partition_dataset(plan: Plan, outputs: dict[str, np.ndarray]) -> xr.Dataset:
@@ -393,7 +430,8 @@ def mark_started(path: str | Path, plan: Plan, part: Partition, started: float) 
     """Record that a partition is running (its status stays pending until it is done)."""
     dims = (*plan.sweep.axes, "block")
     xr.Dataset({"started": (dims, np.full((1,) * len(dims), started))}).to_zarr(
-        path, region=plan.status_region(part), mode="r+", consolidated=False)
+        location.zarr_store(path), region=plan.status_region(part), mode="r+",
+        consolidated=location.consolidated(path))
 
 
 def write_status(path: str | Path, plan: Plan, part: Partition, status: int,
@@ -402,20 +440,22 @@ def write_status(path: str | Path, plan: Plan, part: Partition, status: int,
     dims = (*plan.sweep.axes, "block")
     shape = (1,) * len(dims)
     region = plan.status_region(part)
+    store, consolidated = location.zarr_store(path), location.consolidated(path)
     timing = xr.Dataset({
         "started": (dims, np.full(shape, started)),
         "finished": (dims, np.full(shape, finished)),
     })
-    timing.to_zarr(path, region=region, mode="r+", consolidated=False)
+    timing.to_zarr(store, region=region, mode="r+", consolidated=consolidated)
     xr.Dataset({"status": (dims, np.full(shape, status, dtype="i1"))}).to_zarr(
-        path, region=region, mode="r+", consolidated=False)
+        store, region=region, mode="r+", consolidated=consolidated)
 
 
 def open_cube(path: str | Path) -> xr.Dataset:
     """Open a cube lazily (dask-backed), checking that it is a tokensweep store."""
     stored_sweep(path)
     try:
-        return xr.open_zarr(path, consolidated=False)
+        return xr.open_zarr(location.zarr_store(path, read_only=True),
+                            consolidated=location.consolidated(path))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{path}: cannot open the cube ({type(err).__name__}: {err}): "
                          f"{DAMAGED_HINT}") from None
@@ -427,7 +467,7 @@ def record_provenance(path: str | Path, worker_hosts: set[str]) -> None:
     store's lock."""
     import zarr
 
-    group = zarr.open_group(str(path), mode="r+", use_consolidated=True)
+    group = zarr.open_group(location.zarr_store(path), mode="r+", use_consolidated=True)
     update = {}
     hosts = sorted(set(group.attrs.get("worker_hosts", [])) | set(worker_hosts))
     if hosts != group.attrs.get("worker_hosts"):
@@ -439,4 +479,4 @@ def record_provenance(path: str | Path, worker_hosts: set[str]) -> None:
     group.attrs.update(update)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)
-        zarr.consolidate_metadata(str(path))
+        zarr.consolidate_metadata(location.zarr_store(path))
