@@ -44,9 +44,10 @@ class PartitionResult:
     host: str = ""
 
 
-def simulate_partition(sweep: SweepBase, part: Partition) -> dict[str, np.ndarray]:
+def simulate_partition(sweep: SweepBase, part: Partition, plan: Plan | None = None
+                       ) -> dict[str, np.ndarray]:
     """The kernel's outputs for one partition, in memory; no I/O."""
-    plan = Plan(sweep)
+    plan = plan or Plan(sweep)
     coords = plan.coords(part)
     rngs = trajectory_rngs(sweep.seed, coords, range(part.traj_start, part.traj_stop))
     model = get_model(sweep.model)
@@ -107,7 +108,7 @@ def run_partition(sweep: SweepBase, store: str | Path, index: int) -> PartitionR
     try:
         if _inject_fault is not None:
             _inject_fault(index)
-        outputs = simulate_partition(sweep, part)
+        outputs = simulate_partition(sweep, part, plan)
         chunks.write_outputs(outputs)
     except BaseException as exc:
         write_error(store, index, {"label": label, "host": host, "pid": os.getpid(),
