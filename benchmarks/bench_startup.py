@@ -1,7 +1,7 @@
 """Fixed start-up of a sweep, and what a partition's started..finished span adds to its kernel.
 
     $ python benchmarks/bench_startup.py              # all of it (~3 min on 2 quiet cores)
-    $ python benchmarks/bench_startup.py tiny parts   # some parts: tiny | parts | speedup | partition
+    $ python benchmarks/bench_startup.py tiny parts   # some: tiny | parts | speedup | partition | batch
 
 * tiny: `tokensweep run tiny.yaml` end to end (one trajectory, the Prefect server running, numba's
   cache warm: a first run warms both and is not counted), with its timeline read from STORE.log:
@@ -15,6 +15,8 @@
 * partition: one partition of 2048 trajectories at n = d = 32 (sphere_flow, one checkpoint): the
   bare kernel (model.simulate on ready generators) against `run_partition`'s started..finished
   span, in particle-steps/s. Target: the span within ~10 % of the kernel.
+* batch: one batch (~200) of the trivial partitions of bench_flow's `large` sweep, in this process:
+  `run_batch` (reads, kernels, placement, flushes) against the bare kernels alone.
 
 Uses the Prefect server `tokensweep run` uses (started if none runs; never stopped here). The
 machine's load average is printed: compare the ratios of one run, not numbers across runs.
@@ -173,14 +175,12 @@ def speedup() -> None:
 
 
 def partition() -> None:
-    import numpy as np
-
     from tokensweep.pipeline.execute import run_partition, simulate_partition
     from tokensweep.pipeline.models import get_model
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.seeds import trajectory_rngs
     from tokensweep.pipeline.spec import parse_sweep
-    from tokensweep.pipeline.store import create_store, read_partition_table
+    from tokensweep.pipeline.store import create_store
 
     sweep = parse_sweep({**PARTITION, "store": str(FOLDER / "partition.zarr")})
     plan, model = Plan(sweep), get_model(sweep.model)
@@ -196,17 +196,53 @@ def partition() -> None:
         kernel.append(time.perf_counter() - t0)
         store = FOLDER / f"partition-{attempt}.zarr"
         create_store(sweep, store)
-        run_partition(sweep, store, 0)
-        started, finished = (float(np.asarray(read_partition_table(store, n)).ravel()[0])
-                             for n in ("started", "finished"))
-        span.append(finished - started)
+        span.append(run_partition(sweep, store, 0).seconds)  # its stored finished - started
     k, s = min(kernel), min(span)
     print(f"partition: 2048 trajectories, n = d = 32, {sweep.time.layers} steps, one checkpoint: "
           f"kernel {steps / k:.3g} particle-steps/s ({k:.2f} s), started..finished span "
           f"{steps / s:.3g} ({s:.2f} s): the span takes {100 * (s / k - 1):.0f} % longer (best of 3)")
 
 
-PARTS = {"tiny": tiny, "parts": parts, "speedup": speedup, "partition": partition}
+def batch() -> None:
+    """One batch of trivial partitions (bench_flow's `large` ones) in this process: run_batch's
+    wall (reads, kernels, placement, flushes) against the bare kernels of the same partitions."""
+    from tokensweep.pipeline.batch import run_batch
+    from tokensweep.pipeline.execute import simulate_partition
+    from tokensweep.pipeline.models import get_model
+    from tokensweep.pipeline.plan import Plan
+    from tokensweep.pipeline.seeds import trajectory_rngs
+    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.store import prepare_store, store_batch_shape
+
+    spec = {"model": "stochastic_transformer", "attention": "sa", "seed": 7, "name": "large",
+            "grid": {"beta": {"start": 0.0, "stop": 3.0, "num": 500}, "d": list(range(2, 202)),
+                     "n": 2}, "time": {"T": 0.1, "layers": 100, "checkpoints": 1}, "trajectories": 1}
+    sweep = parse_sweep({**spec, "store": str(FOLDER / "large-0.zarr")})
+    plan, model = Plan(sweep), get_model(sweep.model)
+    simulate_partition(sweep, plan[0])  # numba's cache, once
+    kernel, wall = [], []
+    for attempt in range(2):  # alternating, best of 2 each: the load moves
+        store = FOLDER / f"large-{attempt}.zarr"
+        prepare_store(sweep, store)
+        members = plan.batch_partitions(0, store_batch_shape(store))
+        t0 = time.perf_counter()
+        for index in members:
+            part = plan[int(index)]
+            coords = plan.coords(part)
+            model.simulate(sweep, coords, trajectory_rngs(sweep.seed, coords,
+                                                          range(part.traj_start, part.traj_stop)))
+        kernel.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        run_batch(sweep, store, 0)
+        wall.append(time.perf_counter() - t0)
+    kernel, wall = min(kernel), min(wall)
+    print(f"batch: {len(members)} trivial partitions of a {len(plan):,}-partition store in one "
+          f"batch: run_batch {wall:.2f} s, bare kernels {kernel:.2f} s: overhead "
+          f"{100 * (wall / kernel - 1):.0f} % of kernel time ({1e3 * (wall - kernel) / len(members):.2f}"
+          f" ms per partition; Prefect's per-task cost not included)")
+
+
+PARTS = {"tiny": tiny, "parts": parts, "speedup": speedup, "partition": partition, "batch": batch}
 
 
 def main(names: list[str]) -> None:

@@ -96,6 +96,13 @@ class _BatchWriter:
     def _read(self, name: str) -> np.ndarray:
         return np.asarray(self.arrays[name][self.selection[name]])
 
+    def _blank(self, name: str) -> np.ndarray:
+        """The batch's region of a variable as an unwritten chunk reads: all fill value."""
+        array = self.arrays[name]
+        shape = tuple(len(range(*where.indices(n)))
+                      for where, n in zip(self.selection[name], array.shape))
+        return np.full(shape, array.fill_value, dtype=array.dtype)
+
     def _local(self, index: int) -> tuple[int, ...]:
         """A partition's position in the batch's (grid axes..., block) region."""
         where = np.unravel_index(index, self.plan.index_shape)
@@ -111,8 +118,12 @@ class _BatchWriter:
         todo = [int(i) for i in self.partitions[wanted]]
         if not todo:
             return results
+        # Outputs of partitions that are not done mean nothing (status decides): a batch with
+        # none done starts from the fill values instead of reading its chunks back.
+        nothing_done = not (stored == DONE).any()
         for name in (*self.outputs, "started", "finished"):
-            self.values[name] = self._read(name)
+            fresh = nothing_done and name in self.declared
+            self.values[name] = self._blank(name) if fresh else self._read(name)
         now = time.time()
         for index in todo:  # running: `tokensweep status` counts them as started, not finished
             self.values["started"][self._local(index)] = now
