@@ -270,7 +270,7 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
     batch = batch and fit_to_work(batch, todo)
     if not quiet:
         where = batch.describe() if batch else f"the cluster at {scheduler}" if scheduler else \
-            f"{workers or os.cpu_count() or 1} local workers"
+            f"{max(1, min(workers or os.cpu_count() or 1, todo))} local workers"  # no idle ones
         logs = "" if verbose else f" (logs: {log})"
         typer.echo(f"{sweep.name}: {todo} of {total} partitions to run into {store} on {where}{logs}")
         if scheduler is None and batch is None and _kernels_cold():

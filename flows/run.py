@@ -9,9 +9,13 @@ task in the serialized settings context.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from urllib.parse import urlparse
 
 from .server import ensure_server
@@ -58,6 +62,30 @@ def resolve_scheduler(scheduler: str | None = None, scheduler_file: str | None =
 LOCAL_CLUSTER_CONFIG = {"distributed.scheduler.worker-saturation": 1.0}
 
 
+# Imported by each local worker as it starts (distributed's `preload`): Prefect's task engine and
+# the pipeline load while the cluster starts, not when the first partition arrives.
+WORKER_PRELOAD = "tokensweep.flows.preload"
+
+
+def local_cluster_kwargs(workers: int | None = None, preload: bool = True) -> dict:
+    return {
+        "n_workers": workers or os.cpu_count() or 1,
+        "threads_per_worker": 1,  # one kernel per process: numba releases the GIL anyway
+        "processes": True,
+        "dashboard_address": ":0",
+        "preload": [WORKER_PRELOAD] if preload else [],
+    }
+
+
+def start_local_cluster(workers: int | None = None, preload: bool = True):
+    """A LocalCluster of `workers` single-threaded worker processes, returned once all are up."""
+    import dask
+    from distributed import LocalCluster
+
+    dask.config.set(LOCAL_CLUSTER_CONFIG)
+    return LocalCluster(**local_cluster_kwargs(workers, preload))
+
+
 def task_runner(workers: int | None = None, scheduler: str | None = None):
     """A DaskTaskRunner on an existing scheduler, or on a new LocalCluster of `workers` processes."""
     import dask
@@ -66,15 +94,76 @@ def task_runner(workers: int | None = None, scheduler: str | None = None):
     if scheduler:
         return DaskTaskRunner(address=scheduler)
     dask.config.set(LOCAL_CLUSTER_CONFIG)
-    return DaskTaskRunner(
-        cluster_class="distributed.LocalCluster",
-        cluster_kwargs={
-            "n_workers": workers or os.cpu_count() or 1,
-            "threads_per_worker": 1,  # one kernel per process: numba releases the GIL anyway
-            "processes": True,
-            "dashboard_address": ":0",
-        },
-    )
+    return DaskTaskRunner(cluster_class="distributed.LocalCluster",
+                          cluster_kwargs=local_cluster_kwargs(workers))
+
+
+@contextmanager
+def early_task_runner(workers: int | None, spec: dict, store: str):
+    """A DaskTaskRunner whose LocalCluster starts now, in the background, while this process
+    imports Prefect and creates the flow run (the runner waits for it at the first task); the
+    cluster is closed on leaving the block, whatever happened. No more workers than partitions
+    to run; a store with nothing left to run starts no cluster (a finished sweep's resume stays
+    cheap)."""
+    from prefect_dask import DaskTaskRunner
+
+    pending = partitions_to_run(spec, store)
+    if not pending:
+        yield task_runner(workers)
+        return
+    global _starting
+    with ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as pool:
+        workers = min(workers or os.cpu_count() or 1, pending)
+        _starting = starting = pool.submit(start_local_cluster, workers)
+        try:
+            yield DaskTaskRunner(cluster_class=started_local_cluster)
+        finally:
+            if starting.exception() is None:
+                starting.result().close()  # no-op when the runner closed it already
+            _starting = None
+
+
+_starting = None  # the LocalCluster early_task_runner is starting (one flow run per process)
+
+
+def started_local_cluster():
+    """The cluster class of early_task_runner's DaskTaskRunner: waits for the cluster started
+    in the background. A plain module function, as the runner is pickled with the flow."""
+    if _starting is None:
+        raise RuntimeError("no local cluster is being started in this process")
+    return _starting.result()
+
+
+def partitions_to_run(spec: dict, store: str) -> int:
+    """How many partitions a run of `spec` on `store` would compute at most (those not done,
+    and those a grown grid adds); a cap on the workers worth starting."""
+    from ..pipeline.plan import Plan
+    from ..pipeline.spec import parse_sweep
+    from ..pipeline.store import DONE, StoreError, read_status
+
+    planned = len(Plan(parse_sweep(spec)))
+    try:
+        status = read_status(store)
+    except (StoreError, OSError, ValueError, KeyError):  # no store yet, or one the flow will judge
+        return planned
+    return int((status != DONE).sum()) + max(0, planned - status.size)
+
+
+def preimport_report(spec: dict) -> None:
+    """Import the report's modules (matplotlib, scipy.stats) in a background thread: the flow's
+    process waits on its workers meanwhile, and writes the report after them."""
+    def imports():
+        try:
+            from ..pipeline.models import get_model
+            from ..pipeline.report import write_report  # noqa: F401
+            from ..pipeline.spec import parse_sweep
+
+            sweep = parse_sweep(spec)
+            get_model(sweep.model).sections(sweep)  # imports its report modules
+        except Exception:  # the report itself will say what is wrong
+            pass
+
+    threading.Thread(target=imports, name="report-imports", daemon=True).start()
 
 
 def point_workers_at(scheduler: str, env: dict[str, str]) -> None:
@@ -113,10 +202,15 @@ def run_sweep(spec: dict, store: str, *, workers: int | None = None, scheduler: 
     """Run the sweep flow against one Prefect server (started here if none is configured)."""
     scheduler = resolve_scheduler(scheduler, scheduler_file)
     api_url = prepare_environment(scheduler)
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    with contextlib.ExitStack() as stack:
+        runner = task_runner(workers, scheduler) if scheduler else \
+            stack.enter_context(early_task_runner(workers, spec, store))
+        from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from .sweep import sweep_flow
+        from .sweep import sweep_flow
 
-    with temporary_settings(updates={PREFECT_API_URL: api_url}):
-        return sweep_flow.with_options(task_runner=task_runner(workers, scheduler))(
-            spec=spec, store=store, failed_only=failed_only, progress=progress)
+        preimport_report(spec)  # after Prefect's imports: two threads never import one package
+
+        with temporary_settings(updates={PREFECT_API_URL: api_url}):
+            return sweep_flow.with_options(task_runner=runner)(
+                spec=spec, store=store, failed_only=failed_only, progress=progress)

@@ -39,8 +39,7 @@ from .models import get_model
 from .recording import declared_outputs
 from .plan import Plan
 from .spec import SweepBase
-from .store import (DONE, FAILED, clear_error, partition_dataset, store_batch_shape,
-                    write_error)
+from .store import DONE, FAILED, clear_error, store_batch_shape, write_error
 from .testing import fault_injector
 
 FLUSH_SECONDS = 30.0  # the most work a killed batch loses (besides the partition it was on)
@@ -72,7 +71,8 @@ class _BatchWriter:
         self.partitions = plan.batch_partitions(batch, shape)
         group = zarr.open_group(location.zarr_store(store), mode="r+",
                                 use_consolidated=location.consolidated(store))
-        self.outputs = list(declared_outputs(get_model(sweep.model), sweep))
+        self.declared = declared_outputs(get_model(sweep.model), sweep)
+        self.outputs = list(self.declared)
         self.arrays = {name: group[name] for name in (*self.outputs, "started", "finished", "status")}
         self.selection = {name: self._selection(array.metadata.dimension_names)
                           for name, array in self.arrays.items()}
@@ -98,6 +98,13 @@ class _BatchWriter:
     def _read(self, name: str) -> np.ndarray:
         return np.asarray(self.arrays[name][self.selection[name]])
 
+    def _blank(self, name: str) -> np.ndarray:
+        """The batch's region of a variable as an unwritten chunk reads: all fill value."""
+        array = self.arrays[name]
+        shape = tuple(len(range(*where.indices(n)))
+                      for where, n in zip(self.selection[name], array.shape))
+        return np.full(shape, array.fill_value, dtype=array.dtype)
+
     def _local(self, index: int) -> tuple[int, ...]:
         """A partition's position in the batch's (grid axes..., block) region."""
         where = np.unravel_index(index, self.plan.index_shape)
@@ -113,8 +120,12 @@ class _BatchWriter:
         todo = [int(i) for i in self.partitions[wanted]]
         if not todo:
             return results
+        # Outputs of partitions that are not done mean nothing (status decides): a batch with
+        # none done starts from the fill values instead of reading its chunks back.
+        nothing_done = not (stored == DONE).any()
         for name in (*self.outputs, "started", "finished"):
-            self.values[name] = self._read(name)
+            fresh = nothing_done and name in self.declared
+            self.values[name] = self._blank(name) if fresh else self._read(name)
         now = time.time()
         for index in todo:  # running: `tokensweep status` counts them as started, not finished
             self.values["started"][self._local(index)] = now
@@ -146,7 +157,7 @@ class _BatchWriter:
         try:
             if _inject_fault is not None:
                 _inject_fault(index)
-            outputs = simulate_partition(self.sweep, part)
+            outputs = simulate_partition(self.sweep, part, self.plan)
             self._place(part, local, outputs)
         except Exception as exc:
             write_error(self.store, index, {"label": label, "host": host, "pid": os.getpid(),
@@ -167,22 +178,23 @@ class _BatchWriter:
         self.values["finished"][local] = finished
 
     def _place(self, part, local: tuple[int, ...], outputs: dict[str, np.ndarray]) -> None:
-        """Put a partition's outputs at its place in the batch's arrays (as `write_outputs` would)."""
+        """Put a partition's outputs at its place in the batch's arrays: the values
+        `store.partition_dataset` holds, transposed to the store's dimension order in numpy
+        (an xarray Dataset per partition cost more than a trivial partition's kernel)."""
         axes = list(self.sweep.axes)
         offset = part.traj_start - self.region[-1].start * self.sweep.partition_traj
-        stored = partition_dataset(self.plan, outputs)
-        for name in self.outputs:
-            dims = self.arrays[name].metadata.dimension_names
-            where = []
-            for dim in dims:
-                if dim in axes:
-                    i = local[axes.index(dim)]
-                    where.append(slice(i, i + 1))
-                elif dim == "traj":
-                    where.append(slice(offset, offset + part.traj_stop - part.traj_start))
-                else:
-                    where.append(slice(None))
-            self.values[name][tuple(where)] = stored[name].transpose(*dims).values
+        traj = slice(offset, offset + part.traj_stop - part.traj_start)
+        for name, spec in self.declared.items():
+            values = np.asarray(outputs[name], dtype=spec.dtype)
+            if spec.per_checkpoint:  # kernel: (traj, t, ...)
+                values, dims = np.swapaxes(values, 0, 1), ("t", "traj", *spec.extra_dims)
+            else:
+                dims = ("traj", *spec.extra_dims)
+            stored = self.arrays[name].metadata.dimension_names
+            where = tuple(local[axes.index(d)] if d in axes else traj if d == "traj" else slice(None)
+                          for d in stored)
+            self.values[name][where] = np.transpose(values, [dims.index(d) for d in stored
+                                                             if d not in axes])
 
     def _write(self, name: str) -> None:
         self.arrays[name][self.selection[name]] = self.values[name]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import xarray as xr
+import zarr
 
 from . import location
 from .models import get_model
@@ -28,8 +28,7 @@ from .plan import Partition, Plan
 from .plugin import check_outputs
 from .seeds import trajectory_rngs
 from .spec import SweepBase
-from .store import (DONE, FAILED, clear_error, mark_started, read_status, write_error,
-                    write_outputs, write_status)
+from .store import DONE, FAILED, clear_error, partition_dataset, read_status, write_error
 from .testing import fault_injector
 
 # a test hook (pipeline/testing.py); None unless a test switched fault injection on
@@ -46,9 +45,10 @@ class PartitionResult:
     host: str = ""
 
 
-def simulate_partition(sweep: SweepBase, part: Partition) -> dict[str, np.ndarray]:
+def simulate_partition(sweep: SweepBase, part: Partition, plan: Plan | None = None
+                       ) -> dict[str, np.ndarray]:
     """The kernel's outputs for one partition, in memory; no I/O."""
-    plan = Plan(sweep)
+    plan = plan or Plan(sweep)
     coords = plan.coords(part)
     rngs = trajectory_rngs(sweep.seed, coords, range(part.traj_start, part.traj_stop))
     model = get_model(sweep.model)
@@ -57,13 +57,43 @@ def simulate_partition(sweep: SweepBase, part: Partition) -> dict[str, np.ndarra
     return outputs
 
 
-def _partition_done(store: str | Path, plan: Plan, part: Partition) -> bool:
-    # chunks=None: plain lazy indexing, no dask. Inside a task on a distributed worker a dask
-    # read would be computed on the cluster itself, and the waiting task would free its
-    # thread for another partition: two kernels on one single-thread worker.
-    with xr.open_zarr(location.zarr_store(store, read_only=True),
-                      consolidated=location.consolidated(store), chunks=None) as ds:
-        return int(ds["status"].isel(plan.status_region(part)).values.item()) == DONE
+class _PartitionChunks:
+    """One partition's chunks of a store, read and written through zarr directly.
+
+    What `store.mark_started`, `write_outputs` and `write_status` write, with the same values
+    in the same order, without xarray's per-call opening and checking of the whole store (about
+    a tenth of a one-second partition's span). Raw values, as `batch._BatchWriter` writes them:
+    the arrays hold exactly what the partition's dataset holds (no encoding is involved)."""
+
+    def __init__(self, store: str | Path, plan: Plan, part: Partition):
+        self.group = zarr.open_group(location.zarr_store(store), mode="r+",
+                                     use_consolidated=location.consolidated(store))
+        self.plan, self.part = plan, part
+        self.cell = plan.status_region(part)
+        self.arrays: dict[str, zarr.Array] = {}
+
+    def _where(self, name: str, region: dict[str, slice]) -> tuple:
+        if name not in self.arrays:
+            self.arrays[name] = self.group[name]
+        array = self.arrays[name]
+        return array, tuple(region.get(dim, slice(None)) for dim in array.metadata.dimension_names)
+
+    def read(self, name: str):
+        array, where = self._where(name, self.cell)
+        return array[where].item()
+
+    def write(self, **values) -> None:
+        """Per-partition scalars (started, finished, status), in the order given."""
+        for name, value in values.items():
+            array, where = self._where(name, self.cell)
+            array[where] = np.full((1,) * len(where), value, dtype=array.dtype)
+
+    def write_outputs(self, outputs: dict[str, np.ndarray]) -> None:
+        region = self.plan.region(self.part)
+        data = partition_dataset(self.plan, outputs)
+        for name, variable in data.data_vars.items():
+            array, where = self._where(name, region)
+            array[where] = variable.transpose(*array.metadata.dimension_names).values
 
 
 def run_partition(sweep: SweepBase, store: str | Path, index: int) -> PartitionResult:
@@ -72,24 +102,25 @@ def run_partition(sweep: SweepBase, store: str | Path, index: int) -> PartitionR
     part = plan[index]
     label = plan.label(part)
     host = socket.gethostname()
-    if _partition_done(store, plan, part):
+    chunks = _PartitionChunks(store, plan, part)
+    if chunks.read("status") == DONE:
         return PartitionResult(index, label, skipped=True, seconds=0.0, host=host)
     started = time.time()
-    mark_started(store, plan, part, started)
+    chunks.write(started=started)  # running: `tokensweep status` counts it as started
     try:
         if _inject_fault is not None:
             _inject_fault(index)
-        outputs = simulate_partition(sweep, part)
-        write_outputs(store, plan, part, outputs)
+        outputs = simulate_partition(sweep, part, plan)
+        chunks.write_outputs(outputs)
     except BaseException as exc:
         write_error(store, index, {"label": label, "host": host, "pid": os.getpid(),
                                    "error": describe_failure(exc),
                                    "traceback": traceback.format_exc(), "at": time.time()})
-        write_status(store, plan, part, FAILED, started, time.time())
+        chunks.write(started=started, finished=time.time(), status=FAILED)  # status last
         raise
     finished = time.time()
     clear_error(store, index)
-    write_status(store, plan, part, DONE, started, finished)
+    chunks.write(started=started, finished=finished, status=DONE)  # status last
     nonfinite = int(np.count_nonzero(outputs.get("nonfinite", 0)))
     return PartitionResult(index, label, skipped=False, seconds=finished - started,
                            nonfinite=nonfinite, host=host)

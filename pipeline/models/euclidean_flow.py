@@ -20,7 +20,6 @@ from ...kernels import vocabulary
 from ...kernels.vocabulary import OutputSpec
 from ..matrix_fields import Matrix, as_array, check_fixes_d, per_head_matrices, square_matrix
 from ..plugin import Model
-from ..report import geometry
 from ..spec import Grid, SweepBase, refuse
 from ..starts import Start, legacy_euclidean, starts_of
 from ._common import sphere_cell, time_arguments
@@ -238,6 +237,8 @@ class EuclideanFlow(Model):
         return "; ".join(claims)
 
     def sections(self, sweep):
+        from ..report import geometry  # here, not above: workers never draw (matplotlib, scipy.stats)
+
         return [geometry.geometry_section]
 
 

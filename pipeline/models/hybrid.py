@@ -13,10 +13,8 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from ...kernels import vocabulary
-from .. import theory
 from ..plugin import Model
 from ..recording import RecordingSweep, record_arguments
-from ..report import antipodal
 from ..spec import Grid, nonnegative_axis
 from ..starts import Start, initial_overlap
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells
@@ -69,6 +67,7 @@ class Hybrid(Model):
     def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
         """P(antipodal) of two tokens started uniformly, or conditional on the initial overlap of an
         overlap start; NaN where none applies."""
+        from .. import theory  # scipy: imported where a closed form is asked for
         beta, d, _, mask = two_token_cells(cells)
         sigma = np.broadcast_to(np.asarray(cells.get("sigma", np.nan), float), beta.shape)
         rho0 = initial_overlap(sweep, cells, beta.shape)
@@ -83,6 +82,7 @@ class Hybrid(Model):
 
     def threshold_curves(self, sweep, beta: np.ndarray) -> list:
         """(label, matplotlib style, sigma values) of the noise thresholds over beta."""
+        from .. import theory  # scipy: imported where a closed form is asked for
         if sweep.attention not in CLOSED_FORM_ATTENTIONS:
             return []
         lo, hi = theory.hybrid_sigma_c(beta, sweep.attention)
@@ -91,6 +91,8 @@ class Hybrid(Model):
         return [("σ_lo(β) = sqrt(1 + e^-2β)", "w--", lo), ("σ_hi = sqrt(2)", "w-", hi)]
 
     def sections(self, sweep):
+        from ..report import antipodal  # here, not above: workers never draw (matplotlib, scipy.stats)
+
         return [antipodal.probability_section, antipodal.heatmap_section, antipodal.any_pair_section]
 
 

@@ -19,11 +19,9 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
-from .. import theory
 from ..matrix_fields import Matrix, check_fixes_d, per_head_matrices
 from ..plugin import Model
 from ..recording import RecordingSweep, record_arguments
-from ..report import clustering
 from ..spec import Grid, nonnegative_axis, refuse
 from ..starts import Start, starts_of
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments
@@ -223,6 +221,7 @@ class SphereFlow(Model):
 
     def equiangular_overlap(self, sweep, times, cell: dict):
         """gamma at the simulated `times` for an equiangular start; None where n/a."""
+        from .. import theory  # scipy: imported where a closed form is asked for
         attention = self.closed_form_attention(sweep)
         if sweep.init.kind != "equiangular" or attention is None:
             return None
@@ -232,6 +231,7 @@ class SphereFlow(Model):
     def hemisphere_probability(self, sweep, n, d):
         """P(the start lies in an open hemisphere): Wendel's for uniform starts, 1 for a half
         sphere, an orthonormal frame or a pair at overlap rho0 > -1; NaN (none known) otherwise."""
+        from .. import theory  # scipy: imported where a closed form is asked for
         shape = np.broadcast(n, d).shape
         kind = sweep.init.kind
         if kind == "uniform":
@@ -241,6 +241,8 @@ class SphereFlow(Model):
         return np.full(shape, 1.0 if kind in ("hemisphere", "equiangular") else np.nan)
 
     def sections(self, sweep):
+        from ..report import clustering  # here, not above: workers never draw (matplotlib, scipy.stats)
+
         return [clustering.merge_section, clustering.cluster_count_section,
                 clustering.hemisphere_section, clustering.equiangular_section]
 
@@ -272,6 +274,7 @@ def option_arguments(sweep, coords) -> dict:
 
 @functools.lru_cache(maxsize=64)
 def _t_star(betas: tuple, n: int, delta: float, attention: str) -> np.ndarray:
+    from .. import theory  # scipy: imported where a closed form is asked for
     return np.atleast_1d(theory.t_star(np.asarray(betas, float), n, delta, attention))
 
 

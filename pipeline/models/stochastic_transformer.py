@@ -20,10 +20,8 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
-from .. import theory
 from ..plugin import Model
 from ..recording import RecordingSweep, record_arguments
-from ..report import antipodal
 from ..matrix_fields import Matrix, check_fixes_d, square_matrix
 from ..spec import MAX_LAYERS, Grid, _axis_values, refuse
 from ..starts import Start, initial_overlap
@@ -169,6 +167,7 @@ class StochasticTransformer(Model):
     def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
         """P(antipodal) of two tokens (SA and USA alike) started uniformly, or conditional on the
         initial overlap rho0 of an overlap start (a grid axis or init.rho0); NaN where none applies."""
+        from .. import theory  # scipy: imported where a closed form is asked for
         beta, d, _, mask = two_token_cells(cells)
         rho0 = initial_overlap(sweep, cells, beta.shape)
         out = np.full(beta.shape, np.nan)
@@ -182,10 +181,13 @@ class StochasticTransformer(Model):
 
     def critical_beta(self, sweep, d) -> float:
         """beta_c(d): -1 attracts above it (-inf for d = 2, where both ends always attract)."""
+        from .. import theory  # scipy: imported where a closed form is asked for
         applies = sweep.attention in CLOSED_FORM_ATTENTIONS and sweep.closed_form_applies
         return float(theory.beta_c(d)) if applies else np.nan
 
     def sections(self, sweep):
+        from ..report import antipodal  # here, not above: workers never draw (matplotlib, scipy.stats)
+
         return [antipodal.probability_section, antipodal.step_bias_section,
                 antipodal.any_pair_section]
 
