@@ -99,7 +99,7 @@ def exp_array(x, out, count, tail, head, tail_work, head_work):
 
     tail, head: TAIL, HEAD; tail_work (float64), head_work (int64): (>= count,) scratch for the
     table entries, read in a scalar pass first (a gather in the main loop keeps LLVM from
-    vectorising it). x and out may be the same array. The main loop has no branch, so LLVM
+    vectorising it). x and out must not overlap (x is read again for the rare elements). The main loop has no branch, so LLVM
     vectorises it; elements with |x| >= 512, inf or NaN are redone by np.exp.
     """
     for p in range(count):
