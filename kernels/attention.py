@@ -272,10 +272,20 @@ def gaussian_values(r_fac, buf, off, s, out):
     """Rows of s V A for Gaussian V, from the factor R and standard normals W.
 
     r_fac: (r, n) with R^T R = A^T A. buf: 1-D standard normals; W (r, d) is buf[off:off + r*d]
-    row-major. s: value std. out: (n, d) output, out[i] = s * sum_k R[k, i] W[k].
+    row-major. s: value std. out: (n, d) output, out[i] = s * sum_k R[k, i] W[k], summed over k
+    in order from 0.0: in registers per entry for short rows, by axpys along the row otherwise.
     """
     r, n = r_fac.shape
     d = out.shape[1]
+    if d < LONG_ROW:  # an axpy over a few coordinates waits on its own stores once per term
+        for i in range(n):
+            kmax = min(i + 1, r)
+            for c in range(d):
+                acc = 0.0
+                for k in range(kmax):
+                    acc += (s * r_fac[k, i]) * buf[off + k * d + c]
+                out[i, c] = acc
+        return
     for i in range(n):
         for c in range(d):
             out[i, c] = 0.0
