@@ -26,7 +26,9 @@ Random stream of one trajectory (one numpy Generator each, consumed by `standard
 Layer draws are fetched `draw_batch` layers at a time into one buffer; the stream is the same
 concatenation whatever the batch size, so outputs are bit-identical for any `draw_batch`.
 
-Two tokens with gaussian noise (the main production case) run `_trajectory_pair`: the same
+Every other run takes the general path, `_trajectory` (`stochastic_general.trajectory`, whose
+exponentials are vectorised by `fast_exp`, bit-identical). Two tokens with gaussian noise (the main
+production case) run `_trajectory_pair`: the same
 floating-point operations in the same order as the general `_trajectory`, fused into one pass per
 layer (no helper calls, scratch copies or zero fills), so its results are bit-identical to the
 general path's; `_run` picks it, tests compare the two with `_SPECIALISE` switched off.
