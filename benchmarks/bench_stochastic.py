@@ -9,6 +9,8 @@ beta = 1, h = 0.01, gaussian noise path. The default run prints, in one run, at 
 d in {4, 16, 64} (and n = 2, whose fused path is not split, for context):
 
 - kernel: `simulate_stochastic_transformer`, one trajectory per Generator, 2000 layers each;
+- every rate is timed by the CPU time of the process (all its threads; it is pinned to one
+  core), so other load on a shared machine counts little (it still costs caches);
 - rng-bound: the rate if a step cost only drawing its min(n, d)*d normals with the same numpy
   Generator inside njit (buffers of NORMALS_PER_DRAW, as the kernel), nothing else; %: kernel / it;
 - numpy-lit / numpy-qr: plain numpy vectorised over a batch of B = 256 trajectories (B x n x d),
@@ -59,6 +61,7 @@ from tokensweep.kernels.stochastic_general import attention_fast  # noqa: E402
 
 BETA, H, B, KERNEL_LAYERS = 1.0, 0.01, 256, 2000
 TARGET_S = 0.25  # seconds per timed measurement
+CLOCK = time.process_time  # CPU time of the (pinned) process: robust to other load on the machine
 
 
 def numpy_step_literal(x, rng):
@@ -88,14 +91,14 @@ def numpy_rate(step, n, d):
     layers, elapsed = 1, 0.0
     while elapsed < TARGET_S:
         layers *= 2
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         for _ in range(layers):
             x = step(x, rng)
-        elapsed = time.perf_counter() - t0
+        elapsed = CLOCK() - t0
     return B * layers / elapsed
 
 
-def kernel_rate(noise, n, d, clock=time.perf_counter):
+def kernel_rate(noise, n, d, clock=CLOCK):
     def run(ntraj):
         rngs = [np.random.default_rng([1, i]) for i in range(ntraj)]
         t0 = clock()
@@ -133,9 +136,9 @@ def rng_bound(n, d):
     steps, elapsed = 1000, 0.0
     while elapsed < TARGET_S:
         steps *= 2
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         _draw(rng, per_step, steps, NORMALS_PER_DRAW)
-        elapsed = time.perf_counter() - t0
+        elapsed = CLOCK() - t0
     return steps / elapsed
 
 
@@ -162,9 +165,9 @@ def jax_rate(n, d, steps=200):
     x = run(x, key).block_until_ready()  # compile
     best = np.inf
     for rep in range(3):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         x = run(x, jax.random.fold_in(key, rep)).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, CLOCK() - t0)
     return B * steps / best
 
 

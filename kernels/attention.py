@@ -273,11 +273,12 @@ def gaussian_values(r_fac, buf, off, s, out):
 
     r_fac: (r, n) with R^T R = A^T A. buf: 1-D standard normals; W (r, d) is buf[off:off + r*d]
     row-major. s: value std. out: (n, d) output, out[i] = s * sum_k R[k, i] W[k], summed over k
-    in order from 0.0: in registers per entry for short rows, by axpys along the row otherwise.
+    in order from 0.0: in registers per entry for d < 8, by (vectorised) axpys along the row
+    otherwise.
     """
     r, n = r_fac.shape
     d = out.shape[1]
-    if d < LONG_ROW:  # an axpy over a few coordinates waits on its own stores once per term
+    if d < 8:  # an axpy over a few coordinates waits on its own stores once per term
         for i in range(n):
             kmax = min(i + 1, r)
             for c in range(d):
