@@ -144,9 +144,23 @@ def _combine(w, i, x, jmax, out):
     """out[i, k] = sum_{j < jmax} w[i, j] x[j, k], each sum in j order from 0.0 (see LONG_ROW)."""
     d = x.shape[1]
     if d >= LONG_ROW:
-        for k in range(d):  # four terms per pass, added left to right
+        for k in range(d):  # eight (then four) terms per pass, added left to right
             out[i, k] = 0.0
         j = 0
+        while j + 8 <= jmax:
+            w0 = w[i, j]
+            w1 = w[i, j + 1]
+            w2 = w[i, j + 2]
+            w3 = w[i, j + 3]
+            w4 = w[i, j + 4]
+            w5 = w[i, j + 5]
+            w6 = w[i, j + 6]
+            w7 = w[i, j + 7]
+            for k in range(d):
+                out[i, k] = (((((((out[i, k] + w0 * x[j, k]) + w1 * x[j + 1, k])
+                                 + w2 * x[j + 2, k]) + w3 * x[j + 3, k]) + w4 * x[j + 4, k])
+                              + w5 * x[j + 5, k]) + w6 * x[j + 6, k]) + w7 * x[j + 7, k]
+            j += 8
         while j + 4 <= jmax:
             w0 = w[i, j]
             w1 = w[i, j + 1]
