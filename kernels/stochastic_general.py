@@ -14,23 +14,11 @@ from numba import njit
 
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 from . import observables
-from .attention import (
-    CAUSAL_SA,
-    USA,
-    _combine,
-    attention,
-    gaussian_values,
-    gram,
-    householder_r,
-    literal_values,
-    normalize_rows,
-    scaled_step,
-    uniform_start,
-    value_draws,
-)
+from .attention import CAUSAL_SA, USA, _combine, attention, gram, normalize_rows, scaled_step, uniform_start
 from .fast_exp import HEAD, TAIL, exp_array
 from .outcomes import carry_forward, finish_trajectory, record_overlaps, resolved_for
 from .stochastic_options import bilinear_logits
+from .value_noise import gaussian_values, householder_r, literal_values, value_draws
 
 GAUSSIAN = 0  # noise codes, as `stochastic`
 LITERAL = 1
