@@ -1,38 +1,46 @@
-"""Throughput of the deep stochastic transformer kernel against plain vectorised numpy.
+"""Throughput of the deep stochastic transformer kernel against its RNG bound, numpy and JAX.
 
-Run:  python benchmarks/bench_stochastic.py             (about a minute; one core)
-      python benchmarks/bench_stochastic.py --profile   (per-component costs, n = 8)
+Run:  python benchmarks/bench_stochastic.py             (a few minutes; pinned to one core)
+      python benchmarks/bench_stochastic.py --profile   (only the per-component split, n = 8)
       python benchmarks/bench_stochastic.py --threads   (one partition on 1 and 2 threads)
 
 Unit: trajectory-steps per second, one trajectory advanced one layer = 1 step. SA attention,
-beta = 1, h = 0.01. Columns:
+beta = 1, h = 0.01, gaussian noise path. The default run prints, in one run, at n = 8,
+d in {4, 16, 64} (and n = 2, whose fused path is not split, for context):
 
-- numpy-lit: plain numpy vectorised over a batch of B = 256 trajectories (B x n x d), drawing the
-  literal V_k (B x d x d normals per layer) - the straightforward implementation;
-- numpy-gram: the same, with the exact Gaussian shortcut (batched QR of A, B x n x d normals);
-- gaussian / literal: the numba kernel's two noise paths (`simulate_stochastic_transformer`),
-  one trajectory per call, 2000 layers per trajectory;
-- x: kernel / numpy-lit ratio;
-- rng-limit: the RNG-bound ceiling of each kernel path, i.e. the rate if a step cost only drawing
-  its normals (min(n, d)*d or d*d) with the Generator inside njit.
+- kernel: `simulate_stochastic_transformer`, one trajectory per Generator, 2000 layers each;
+- every rate is timed by the CPU time of the process (all its threads; it is pinned to one
+  core), so other load on a shared machine counts little (it still costs caches);
+- rng-bound: the rate if a step cost only drawing its min(n, d)*d normals with the same numpy
+  Generator inside njit (buffers of NORMALS_PER_DRAW, as the kernel), nothing else; %: kernel / it;
+- numpy-lit / numpy-qr: plain numpy vectorised over a batch of B = 256 trajectories (B x n x d),
+  drawing the literal V_k (B x d x d normals per layer), resp. the exact Gaussian shortcut (batched
+  QR of A, B x n x d normals, as the kernel); x: kernel / the faster of the two;
+- jax: the same model in JAX as a JAX user writes it (float64, jit, the B = 256 batch as a leading
+  axis, `lax.scan` over 200 steps, softmax, a Cholesky of the n x n Gram of the attention outputs
+  per step, `jax.random.normal`), one core (XLA_FLAGS below); x: kernel / jax. Skipped with a note
+  when jax is not installed (`pip install tokensweep[bench]`);
+- the split (n = 8): each part of a general-path layer in isolation, in ns per step, on states
+  taken along a trajectory (after 1, 500, 1000 and 2000 layers: spread, then collapsed tokens;
+  mean over the states of the best of 5 rounds, CPU time of this thread): the draws (a layer's
+  share of one buffered draw), the overlaps (`gram`), the attention (logits, exponentials by
+  `fast_exp`, Ahat), the Householder R, the noise s W^T R, the step with its normalisation, and
+  the checkpoint reductions (overlaps + class + cluster count; once per checkpoint, not per
+  layer). "sum" adds the per-layer parts, "kernel" is the whole kernel per step (CPU time).
 
---profile times each part of a general-path layer (n > 2) in isolation, in ns per call, on
-states taken along a trajectory (after 1, 500, 1000 and 2000 layers: spread, then collapsed
-tokens; mean over the states of the best of 9 rounds, CPU time of this thread so other load on the
-machine counts little): the draws (a layer's share of one buffered draw), the overlaps (`gram`),
-the attention (weights, exponentials, Ahat), the Householder R, the noise, the step with its
-normalisation, and the checkpoint reductions (overlaps + class + cluster count; once per
-checkpoint, not per layer). "sum" adds the per-layer parts, "kernel" is the whole kernel per layer.
+The process is pinned to one core (sched_setaffinity) when the OS allows it; the load average is
+printed with the table, as the machine may be shared. --threads runs one partition (200
+trajectories) with threads=1 and threads=2 (wall time; not pinned).
 
---threads runs one partition (200 trajectories) with threads=1 and threads=2 (wall time).
-
-Threads: NUMBA_NUM_THREADS, OMP/OPENBLAS/MKL_NUM_THREADS are set to 1 before the imports.
+Threads: NUMBA_NUM_THREADS, OMP/OPENBLAS/MKL_NUM_THREADS are set to 1 before the imports, and
+XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1".
 """
 
 import os
 
 for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
+os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 import platform  # noqa: E402
 import sys  # noqa: E402
@@ -49,9 +57,11 @@ from tokensweep.kernels.stochastic import (  # noqa: E402
     simulate_stochastic_states,
     simulate_stochastic_transformer,
 )
+from tokensweep.kernels.stochastic_general import attention_fast  # noqa: E402
 
 BETA, H, B, KERNEL_LAYERS = 1.0, 0.01, 256, 2000
 TARGET_S = 0.25  # seconds per timed measurement
+CLOCK = time.process_time  # CPU time of the (pinned) process: robust to other load on the machine
 
 
 def numpy_step_literal(x, rng):
@@ -63,7 +73,7 @@ def numpy_step_literal(x, rng):
     return y / np.linalg.norm(y, axis=2, keepdims=True)
 
 
-def numpy_step_gram(x, rng):
+def numpy_step_qr(x, rng):
     s = BETA * x @ x.transpose(0, 2, 1)
     w = np.exp(s - s.max(axis=2, keepdims=True))
     a = (w / w.sum(axis=2, keepdims=True)) @ x
@@ -81,14 +91,14 @@ def numpy_rate(step, n, d):
     layers, elapsed = 1, 0.0
     while elapsed < TARGET_S:
         layers *= 2
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         for _ in range(layers):
             x = step(x, rng)
-        elapsed = time.perf_counter() - t0
+        elapsed = CLOCK() - t0
     return B * layers / elapsed
 
 
-def kernel_rate(noise, n, d, clock=time.perf_counter):
+def kernel_rate(noise, n, d, clock=CLOCK):
     def run(ntraj):
         rngs = [np.random.default_rng([1, i]) for i in range(ntraj)]
         t0 = clock()
@@ -106,22 +116,59 @@ def kernel_rate(noise, n, d, clock=time.perf_counter):
 
 
 @njit(nogil=True, cache=True)
-def _draw(rng, total, chunk):
+def _draw(rng, per_step, steps, chunk):
+    """Draw per_step normals for each of steps steps, chunk at a time (as the kernel buffers)."""
+    batch = max(1, chunk // per_step)
     acc = 0.0
-    left = total
+    left = steps
     while left > 0:
-        buf = rng.standard_normal(min(chunk, left))
+        buf = rng.standard_normal(min(batch, left) * per_step)
         acc += buf[0]
-        left -= buf.shape[0]
+        left -= min(batch, left)
     return acc
 
 
-def ns_per_normal():
+def rng_bound(n, d):
+    """Steps per second if a step only drew its min(n, d)*d normals (same Generator, in njit)."""
+    per_step = min(n, d) * d
     rng = np.random.default_rng(2)
-    _draw(rng, 10_000, 4096)
-    t0 = time.perf_counter()
-    _draw(rng, 20_000_000, 4096)
-    return (time.perf_counter() - t0) / 20_000_000 * 1e9
+    _draw(rng, per_step, 10, NORMALS_PER_DRAW)
+    steps, elapsed = 1000, 0.0
+    while elapsed < TARGET_S:
+        steps *= 2
+        t0 = CLOCK()
+        _draw(rng, per_step, steps, NORMALS_PER_DRAW)
+        elapsed = CLOCK() - t0
+    return steps / elapsed
+
+
+def jax_rate(n, d, steps=200):
+    """Steps per second of the same model in JAX (module docstring); None without jax."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+    jitter = 1e-12 * jnp.eye(n)  # the Gram is singular once tokens collapse
+
+    def step(x, key):
+        a = jax.nn.softmax(BETA * jnp.einsum("bid,bjd->bij", x, x), axis=-1) @ x
+        chol = jnp.linalg.cholesky(jnp.einsum("bid,bjd->bij", a, a) + jitter)
+        y = x + np.sqrt(H) * chol @ jax.random.normal(key, x.shape, dtype=x.dtype)
+        return y / jnp.linalg.norm(y, axis=-1, keepdims=True), None
+
+    run = jax.jit(lambda x, key: jax.lax.scan(step, x, jax.random.split(key, steps))[0])
+    x = np.random.default_rng(0).standard_normal((B, n, d))
+    x = jnp.asarray(x / np.linalg.norm(x, axis=2, keepdims=True))
+    key = jax.random.key(0)
+    x = run(x, key).block_until_ready()  # compile
+    best = np.inf
+    for rep in range(3):
+        t0 = CLOCK()
+        x = run(x, jax.random.fold_in(key, rep)).block_until_ready()
+        best = min(best, CLOCK() - t0)
+    return B * steps / best
 
 
 @njit(nogil=True)
@@ -140,8 +187,10 @@ def _p_gram(x, g, reps):
 
 @njit(nogil=True)
 def _p_attention(x, g, ahat, logscale, w, reps):
+    n = x.shape[0]
+    expo, tail, head = np.empty(n * n), np.empty(n * n), np.empty(n * n, np.int64)
     for _ in range(reps):
-        att.attention(x, g, BETA, att.SA, ahat, logscale, w)
+        attention_fast(x, g, BETA, att.SA, ahat, logscale, w, expo, tail, head)
 
 
 @njit(nogil=True)
@@ -177,7 +226,7 @@ def _p_checkpoint(x, g, out, reps):
         record_overlaps(g, 1e-3, out, 0, 0)
 
 
-def best_ns(jobs, reps, rounds=9):
+def best_ns(jobs, reps, rounds=5):
     """Best-of-rounds thread CPU time per call (ns) of each (function, args), taken in turn."""
     best = [np.inf] * len(jobs)
     for f, a in jobs:
@@ -210,26 +259,36 @@ def profile_state(x, rng, reps):
             "noise": t[5], "step": t[6] - t[7], "checkpoint": t[8]}
 
 
-def profile():
-    parts = ("draws", "gram", "attention", "R", "noise", "step")
-    head = (f"{'n':>3} {'d':>3} | " + " ".join(f"{p:>9}" for p in parts)
+PARTS = ("draws", "gram", "attention", "R", "noise", "step")
+
+
+def split(n, d):
+    """Per-component ns per step (module docstring), mean over states along a trajectory."""
+    layers = [1, 500, 1000, 2000]
+    states, _ = simulate_stochastic_states([np.random.default_rng([3, 0])], n=n, d=d, beta=BETA,
+                                           T=H * layers[-1], layers=layers[-1],
+                                           checkpoint_layers=layers)
+    rows = [profile_state(np.ascontiguousarray(states[0, c]), np.random.default_rng(c),
+                          max(200, 200_000 // (n * d))) for c in range(len(layers))]
+    mean = {k: float(np.mean([row[k] for row in rows])) for k in rows[0]}
+    mean["sum"] = sum(mean[p] for p in PARTS)
+    mean["kernel"] = 1e9 / kernel_rate("gaussian", n, d, clock=time.thread_time)
+    return mean
+
+
+def split_table(splits):
+    head = (f"{'n':>3} {'d':>3} | " + " ".join(f"{p:>9}" for p in PARTS)
             + f" | {'sum':>7} {'kernel':>7} | {'checkpoint':>10}")
-    print("general path (gaussian, SA, beta = 1): ns per layer and trajectory, per call")
+    print("per-component split of the general path (gaussian, SA, beta = 1), ns per step")
     print(head)
     print("-" * len(head))
-    for d in (4, 16, 64):
-        n = 8
-        layers = [1, 500, 1000, 2000]
-        states, _ = simulate_stochastic_states([np.random.default_rng([3, 0])], n=n, d=d, beta=BETA,
-                                               T=H * layers[-1], layers=layers[-1],
-                                               checkpoint_layers=layers)
-        rows = [profile_state(np.ascontiguousarray(states[0, c]), np.random.default_rng(c),
-                              max(200, 400_000 // (n * d))) for c in range(len(layers))]
-        mean = {k: np.mean([row[k] for row in rows]) for k in rows[0]}
-        kernel = 1e9 / kernel_rate("gaussian", n, d, clock=time.thread_time)
-        print(f"{n:>3} {d:>3} | " + " ".join(f"{mean[p]:>9.0f}" for p in parts)
-              + f" | {sum(mean[p] for p in parts):>7.0f} {kernel:>7.0f} | {mean['checkpoint']:>10.0f}",
-              flush=True)
+    for (n, d), m in splits.items():
+        print(f"{n:>3} {d:>3} | " + " ".join(f"{m[p]:>9.0f}" for p in PARTS)
+              + f" | {m['sum']:>7.0f} {m['kernel']:>7.0f} | {m['checkpoint']:>10.0f}", flush=True)
+
+
+def profile():
+    split_table({(8, d): split(8, d) for d in (4, 16, 64)})
 
 
 def threads():
@@ -249,33 +308,47 @@ def threads():
               f"{best[2]:.2f} s, speed-up {best[1] / best[2]:.2f}", flush=True)
 
 
+def pin_one_core():
+    """Pin this process to one core (as taskset); returns the core or None."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    core = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {core})
+    return core
+
+
 def main():
     if "--profile" in sys.argv:
         return profile()
     if "--threads" in sys.argv:
         return threads()
+    core = pin_one_core()
     print(f"numpy {np.__version__}, numba {numba.__version__}, {platform.processor() or platform.machine()}, "
-          f"NUMBA_NUM_THREADS={os.environ['NUMBA_NUM_THREADS']}, BLAS threads 1, B = {B}")
+          f"NUMBA_NUM_THREADS={os.environ['NUMBA_NUM_THREADS']}, BLAS threads 1, B = {B}, "
+          f"pinned to core {core}, load average {os.getloadavg()[0]:.2f}")
     t_start = time.perf_counter()
-    ns = ns_per_normal()
-    print(f"Generator.standard_normal inside njit: {ns:.2f} ns per normal")
-    head = (f"{'n':>3} {'d':>3} | {'numpy-lit':>10} {'numpy-gram':>10} | {'gaussian':>10} {'x':>6} "
-            f"{'rng-limit':>10} | {'literal':>10} {'x':>6} {'rng-limit':>10}")
-    print("trajectory-steps per second (x = ratio to numpy-lit)")
+    head = (f"{'n':>3} {'d':>3} | {'kernel':>9} | {'rng-bound':>9} {'%':>4} | {'numpy-lit':>9} "
+            f"{'numpy-qr':>9} {'x':>5} | {'jax':>9} {'x':>5}")
+    print("trajectory-steps per second (gaussian noise path)")
     print(head)
     print("-" * len(head))
-    for n in (2, 8):
-        for d in (4, 16, 64):
-            np_lit = numpy_rate(numpy_step_literal, n, d)
-            np_gram = numpy_rate(numpy_step_gram, n, d)
-            gauss = kernel_rate("gaussian", n, d)
-            lit = kernel_rate("literal", n, d)
-            lim_g = 1e9 / (ns * min(n, d) * d)
-            lim_l = 1e9 / (ns * d * d)
-            print(f"{n:>3} {d:>3} | {np_lit:>10.3g} {np_gram:>10.3g} | {gauss:>10.3g} "
-                  f"{gauss / np_lit:>6.1f} {lim_g:>10.3g} | {lit:>10.3g} {lit / np_lit:>6.1f} "
-                  f"{lim_l:>10.3g}", flush=True)
-    print(f"total {time.perf_counter() - t_start:.0f} s")
+    no_jax = False
+    for n, d in ((2, 4), (2, 16), (2, 64), (8, 4), (8, 16), (8, 64)):
+        kernel = kernel_rate("gaussian", n, d)
+        bound = rng_bound(n, d)
+        np_lit = numpy_rate(numpy_step_literal, n, d)
+        np_qr = numpy_rate(numpy_step_qr, n, d)
+        jax = jax_rate(n, d)
+        no_jax = jax is None
+        jax_cols = f"{'-':>9} {'-':>5}" if no_jax else f"{jax:>9.3g} {kernel / jax:>5.1f}"
+        print(f"{n:>3} {d:>3} | {kernel:>9.3g} | {bound:>9.3g} {100 * kernel / bound:>4.0f} | "
+              f"{np_lit:>9.3g} {np_qr:>9.3g} {kernel / max(np_lit, np_qr):>5.1f} | {jax_cols}",
+              flush=True)
+    if no_jax:
+        print("jax is not installed: the JAX column is skipped (pip install 'tokensweep[bench]')")
+    print()
+    split_table({(8, d): split(8, d) for d in (4, 16, 64)})
+    print(f"total {time.perf_counter() - t_start:.0f} s, load average {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

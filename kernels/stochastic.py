@@ -26,7 +26,9 @@ Random stream of one trajectory (one numpy Generator each, consumed by `standard
 Layer draws are fetched `draw_batch` layers at a time into one buffer; the stream is the same
 concatenation whatever the batch size, so outputs are bit-identical for any `draw_batch`.
 
-Two tokens with gaussian noise (the main production case) run `_trajectory_pair`: the same
+Every other run takes the general path, `_trajectory` (`stochastic_general.trajectory`, whose
+exponentials are vectorised by `fast_exp`, bit-identical). Two tokens with gaussian noise (the main
+production case) run `_trajectory_pair`: the same
 floating-point operations in the same order as the general `_trajectory`, fused into one pass per
 layer (no helper calls, scratch copies or zero fills), so its results are bit-identical to the
 general path's; `_run` picks it, tests compare the two with `_SPECIALISE` switched off.
@@ -76,118 +78,36 @@ from .attention import (
     CAUSAL_SA,
     GAUSSIAN_LAW,
     USA,
-    attention,
-    gaussian_values,
-    gram,
-    householder_r,
-    literal_values,
     normalize_row,
     normalize_rows,
-    scaled_step,
     uniform_start,
-    value_draws,
 )
+from .fast_exp import matches_libm
 from .outcomes import (
     OUTPUTS,
     SphereOutcomes,
-    carry_forward,
     check_common_arguments,
     check_run_options,
     finish_trajectory,
     for_each_trajectory,
     record_checkpoint,
-    record_overlaps,
     resolved_for,
 )
-from .stochastic_options import NO_QK, SCHEMES, VALUE_LAWS, bilinear_logits, check_options, query_key
+from .stochastic_general import GAUSSIAN, LITERAL
+from .stochastic_general import stop as _stop
+from .stochastic_general import trajectory as _trajectory
+from .stochastic_options import NO_QK, SCHEMES, VALUE_LAWS, check_options, query_key
 
 ATTENTIONS = vocabulary.STOCHASTIC_ATTENTIONS
 NOISES = vocabulary.NOISES
-GAUSSIAN = 0
-LITERAL = 1
 NORMALS_PER_DRAW = 4096  # default buffer size (normals), when draw_batch is not given
 _SPECIALISE = True  # n = 2 gaussian runs use _trajectory_pair (bit-identical); tests switch it off
+_FAST_EXP = None  # whether fast_exp reproduces libm's exp here: checked once, at the first run
 
 __all__ = [
     "ATTENTIONS", "NOISES", "OUTPUTS", "SCHEMES", "VALUE_LAWS", "simulate_stochastic_transformer",
     "simulate_stochastic_states",
 ]
-
-
-@njit(nogil=True, cache=True)
-def _trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times, eps, batch,
-                window, out, r, states, law, m):
-    """Integrate trajectory r and fill its entries of the outputs record out.
-
-    x: (n, d) state; drawn from rng when draw_start, else the given start (normalised here).
-    ckpt: (nt,) int64 layer counts; times: (nt,) their times h * ckpt. out: `SphereOutcomes`
-    from `allocate_outputs` (checkpoints not reached keep their missing values).
-    states: (ntraj, nt, n, d) NaN-filled, row r gets the checkpoint states; or (ntraj, 0, n, d).
-    batch: layers per buffered draw. window: early stopping's window (0: off; module docstring).
-    The overlaps of a checkpoint's state are also the next layer's logits: computed once.
-    law: the value entries' law (attention.VALUE_LAW_CODES; literal noise unless gaussian).
-    m: (d, d) M = Q^T K, logits beta <x_i, M x_j>; (0, 0) for Q = K = I.
-    """
-    n, d = x.shape
-    qk = m.shape[0] > 0
-    keep = states.shape[1] > 0
-    ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
-    observables.record_start(x, out, r)
-    rank = min(n, d)  # rows of R
-    per_layer = rank * d if noise == GAUSSIAN else d * d
-    ahat = np.empty((n, d))
-    direction = np.empty((n, d))
-    rfac = np.zeros((rank, n))
-    logscale = np.empty(n)
-    w = np.empty((n, n))
-    g = np.empty((n, n))
-    norm2 = np.empty(n)
-    sqrt_h = np.sqrt(h)
-    buf = np.empty(0)
-    pos = 0
-    c = 0
-    fresh = False  # g holds the overlaps of x
-    for layer in range(layers):
-        if not ok:
-            break
-        if pos == buf.shape[0]:
-            buf = value_draws(rng, law, min(batch, layers - layer) * per_layer)
-            pos = 0
-        if qk:
-            bilinear_logits(x, m, direction, g)
-        elif not fresh:
-            gram(x, g)
-        attention(x, g, beta, att, ahat, logscale, w)
-        if noise == GAUSSIAN:
-            householder_r(ahat, rfac)
-            gaussian_values(rfac, buf, pos, s, direction)
-        else:
-            literal_values(buf, pos, ahat, s, direction)
-        pos += per_layer
-        ok = scaled_step(x, sqrt_h, logscale, direction, norm2)
-        fresh = False
-        if ok and layer + 1 == ckpt[c]:
-            gram(x, g)
-            fresh = True
-            record_overlaps(g, eps, out, r, c)
-            observables.observe(x, g, beta, out, r, c)
-            if keep:
-                states[r, c] = x
-            if resolved_for(out, r, c, window):
-                _stop(out, r, c, states, x)
-                break
-            c += 1
-    finish_trajectory(out, r, ok, times)
-
-
-@njit(nogil=True, cache=True)
-def _stop(out, r, c, states, x):
-    """Early stop after checkpoint c: carry its outputs (and state) to the later checkpoints."""
-    carry_forward(out, r, c)
-    observables.carry_observables(out, r, c)
-    if states.shape[1] > 0:
-        for b in range(c + 1, states.shape[1]):
-            states[r, b] = x
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -337,6 +257,14 @@ def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, t
     finish_trajectory(out, r, ok, times)
 
 
+def _fast_exp():
+    """Whether the general path may use `fast_exp` (bit-identical to np.exp on this machine)."""
+    global _FAST_EXP
+    if _FAST_EXP is None:
+        _FAST_EXP = matches_libm()
+    return _FAST_EXP
+
+
 def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, noise, eps,
          draw_batch, x0, keep_states, stop_when_resolved, resolved_window, threads,
          value_law="gaussian", qk="identity", matrices=None, scheme="discrete",
@@ -369,6 +297,7 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
     default = law == GAUSSIAN_LAW and draw_qk is None and scheme == "discrete"
     trajectory = _trajectory_pair if (n == 2 and code == GAUSSIAN and _SPECIALISE and default) \
         else _trajectory
+    fast = _fast_exp()
 
     def run_one(r):
         x = np.empty((n, d)) if x0 is None else x0[r].copy()
@@ -386,7 +315,7 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
 
             trajectory_sde(*args[:5], *args[6:], m)
         elif trajectory is _trajectory:
-            _trajectory(*args, law, m)
+            _trajectory(*args, law, m, fast)
         else:
             trajectory(*args)
 
