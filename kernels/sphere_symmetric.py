@@ -84,8 +84,13 @@ def symmetric_weights(xt, beta, causal, g):
             for i in range(j):
                 gj[i] = 0.0
             _exp_row(gj[j:], b, c, clamp)
-    else:  # one flat loop over the n^2 entries: a long vector loop
-        _exp_row(g.reshape(n * n), b, c, clamp)
+    else:  # the upper triangle from 8-aligned columns on (full vectors), then the mirror
+        for j in range(n):
+            j0 = j - j % 8
+            _exp_row(g[j, j0:], b, c, clamp)
+            gj = g[j]
+            for i in range(j0):
+                gj[i] = g[i, j]
     return c
 
 
@@ -132,12 +137,13 @@ def euler_step_t(xe, h, beta, usa, causal, sign, log_scale0, ws):
             f = sg * (ak[i] * tot[i])
             ak[i] = f
             dot[i] += xk[i] * f
-    for k in range(d):  # increment, |y_i|^2, moved
+    for k in range(d):  # increment, y_i (kept in at), |y_i|^2, moved
         ak = at[k]
         xk = xt[k]
         for i in range(n):
             inc = ak[i] - dot[i] * xk[i]
             y = fx * xk[i] + fa * inc
+            ak[i] = y
             nrm[i] += y * y
             mvd[i] += abs(inc)
     if causal:  # V = +-I: A_1 = +-x_1, token 1 does not move at all
@@ -156,28 +162,27 @@ def euler_step_t(xe, h, beta, usa, causal, sign, log_scale0, ws):
         if not (norm > 0.0 and norm < np.inf):
             return False
         s[i] = 1.0 / norm
-    for k in range(d):  # x <- y / |y|, y recomputed as above
+    for k in range(d):  # x <- y / |y|
         ak = at[k]
         xk = xt[k]
         for i in range(n):
             if s[i] > 0.0:
-                xk[i] = (fx * xk[i] + fa * (ak[i] - dot[i] * xk[i])) * s[i]
+                xk[i] = ak[i] * s[i]
     if special:
         for i in range(n):
-            if s[i] < 0.0 and not _normalise_scaled(xt, at, dot, fx, fa, i):
+            if s[i] < 0.0 and not _normalise_scaled(xt, at, i):
                 return False
     return True
 
 
 @njit(nogil=True, cache=True)
-def _normalise_scaled(xt, at, dot, fx, fa, i):
-    """Token i whose |y|^2 underflowed: y / max_k |y_k|, then normalised (`retract`)."""
+def _normalise_scaled(xt, at, i):
+    """Token i whose |y|^2 underflowed (y in at[:, i]): y / max_k |y_k|, then normalised
+    (`retract`)."""
     d = xt.shape[0]
     top = 0.0
     for k in range(d):
-        y = fx * xt[k, i] + fa * (at[k, i] - dot[i] * xt[k, i])
-        at[k, i] = y
-        top = max(top, abs(y))
+        top = max(top, abs(at[k, i]))
     if not top > 0.0:
         return False
     nrm2 = 0.0
