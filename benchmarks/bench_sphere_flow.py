@@ -23,7 +23,7 @@ method measured in turn within each repeat; the load average is printed.
 - jax: the same step in JAX (einsum Gram, jax.nn.softmax, projection, retraction), float64,
   batch as the leading axis, `lax.scan` over the steps of one measurement, jit-compiled (compile
   time excluded), one compute thread (`import_jax_one_core`). Skipped with a note when jax is not
-  installed (`pip install jax`).
+  installed (`pip install -e .[bench]` or `pip install jax`).
 - peak: numpy matmul of two 1024 x 1024 float64 matrices on one OpenBLAS thread, GFLOP/s.
   `%pk` columns: the flops of one step over (time per step x peak), with
   F = 4 n^2 d (the Gram X X^T and the product W X, 2 n^2 d each, as dense products: what the

@@ -7,14 +7,17 @@ tests/test_kernel_sphere_flow.py), organised for speed:
 - the state lives in the transposed layout xt (d, n) from the start to the end of a trajectory
   (the layout the two products and the per-token loops want), not copied in and out every step;
 - weights: the Gram G = xt^T xt (dgemm; every entry one fused-multiply-add chain over k, so G is
-  exactly symmetric), the common shift c = max_k G_kk, E = exp(beta (G - c)) over the full matrix
-  in one flat vectorised loop (twice the exponentials of the triangle, but no mirror pass and no
-  short rows: faster at every d measured), without a clamp when 2 beta c < 700, where the clamp
-  of `exp_vec` cannot act (same bits);
+  exactly symmetric), the common shift c = max_k G_kk, E = exp(beta (G - c)) on the upper
+  triangle, each row from its 8-aligned column on (full vectors: rows that start mid-vector run
+  their scalar remainder, which made a plain triangle no faster than the full matrix), the rest
+  mirrored: 0.63 -> 0.55 us at n = 32; without a clamp when 2 beta c < 700, where the clamp of
+  `exp_vec` cannot act (same bits). Measured and not taken: dsyrk for G (bitwise the same
+  triangle, but 1.7-3.6x slower than dgemm at n = 32: OpenBLAS's syrk driver), and the Gram,
+  exponentials and product fused in numba loops over rows (1.7-2.7x slower: 32-long inner loops);
 - at = xt E and the column sums of E (SA normalisers) in one dgemm, from the state stored with a
   row of ones below it (a sum of 1 * E_ji chained by fma is the serial sum); then three passes
-  over (d, n): scale by 1/tot (SA) and the sign of V, with <x_i, f_i>; the increment, |y_i|^2
-  and "moved"; the normalised y written back into xt.
+  over (d, n): scale by 1/tot (SA) and the sign of V, with <x_i, f_i>; the increment, y (kept
+  in at), |y_i|^2 and "moved"; y / |y| written back into xt.
 - recording: `sphere_outcomes.record_t`, from the transposed state.
 - d > n: with V = +-I every token stays in the span of the start's n tokens, so the flow is run
   in the coordinates y = x B^T of an orthonormal basis B (n, d) of that span (Householder QR of
@@ -84,8 +87,13 @@ def symmetric_weights(xt, beta, causal, g):
             for i in range(j):
                 gj[i] = 0.0
             _exp_row(gj[j:], b, c, clamp)
-    else:  # one flat loop over the n^2 entries: a long vector loop
-        _exp_row(g.reshape(n * n), b, c, clamp)
+    else:  # the upper triangle from 8-aligned columns on (full vectors), then the mirror
+        for j in range(n):
+            j0 = j - j % 8
+            _exp_row(g[j, j0:], b, c, clamp)
+            gj = g[j]
+            for i in range(j0):
+                gj[i] = g[i, j]
     return c
 
 
@@ -132,12 +140,13 @@ def euler_step_t(xe, h, beta, usa, causal, sign, log_scale0, ws):
             f = sg * (ak[i] * tot[i])
             ak[i] = f
             dot[i] += xk[i] * f
-    for k in range(d):  # increment, |y_i|^2, moved
+    for k in range(d):  # increment, y_i (kept in at), |y_i|^2, moved
         ak = at[k]
         xk = xt[k]
         for i in range(n):
             inc = ak[i] - dot[i] * xk[i]
             y = fx * xk[i] + fa * inc
+            ak[i] = y
             nrm[i] += y * y
             mvd[i] += abs(inc)
     if causal:  # V = +-I: A_1 = +-x_1, token 1 does not move at all
@@ -156,28 +165,27 @@ def euler_step_t(xe, h, beta, usa, causal, sign, log_scale0, ws):
         if not (norm > 0.0 and norm < np.inf):
             return False
         s[i] = 1.0 / norm
-    for k in range(d):  # x <- y / |y|, y recomputed as above
+    for k in range(d):  # x <- y / |y|
         ak = at[k]
         xk = xt[k]
         for i in range(n):
             if s[i] > 0.0:
-                xk[i] = (fx * xk[i] + fa * (ak[i] - dot[i] * xk[i])) * s[i]
+                xk[i] = ak[i] * s[i]
     if special:
         for i in range(n):
-            if s[i] < 0.0 and not _normalise_scaled(xt, at, dot, fx, fa, i):
+            if s[i] < 0.0 and not _normalise_scaled(xt, at, i):
                 return False
     return True
 
 
 @njit(nogil=True, cache=True)
-def _normalise_scaled(xt, at, dot, fx, fa, i):
-    """Token i whose |y|^2 underflowed: y / max_k |y_k|, then normalised (`retract`)."""
+def _normalise_scaled(xt, at, i):
+    """Token i whose |y|^2 underflowed (y in at[:, i]): y / max_k |y_k|, then normalised
+    (`retract`)."""
     d = xt.shape[0]
     top = 0.0
     for k in range(d):
-        y = fx * xt[k, i] + fa * (at[k, i] - dot[i] * xt[k, i])
-        at[k, i] = y
-        top = max(top, abs(y))
+        top = max(top, abs(at[k, i]))
     if not top > 0.0:
         return False
     nrm2 = 0.0
