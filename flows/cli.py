@@ -275,8 +275,10 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
     if quiet:
         return
     typer.echo(f"computed {summary['computed']} of {summary['partitions']} partitions into {summary['store']}")
-    for name, path in summary.get("report", {}).items():
-        typer.echo(f"{name}: {path}")
+    report_paths = summary.get("report", {})
+    for name in ("html", "report"):  # the page and the markdown; the figures lie beside them
+        if name in report_paths:
+            typer.echo(f"{name}: {report_paths[name]}")
 
 
 def _one_of_quiet_verbose(quiet: bool, verbose: bool) -> None:
