@@ -219,8 +219,12 @@ def test_index_lists_every_store_and_rewrites_only_stale_reports(reports, stores
     assert "4 of 4" in index.read_text() and "3 of 4" not in index.read_text()
 
 
-@pytest.mark.parametrize("args", [["x.zarr", "--index", "."], ["--index", "no-such-folder"]])
-def test_report_refuses_bad_arguments_in_one_line(args, tmp_path):
+@pytest.mark.parametrize("args, says", [
+    (["x.zarr", "--index", "."], "give either STORE (a store or a catalog name) or --index DIR"),
+    (["--index", "no-such-folder"], "no-such-folder is not a folder"),
+    (["quickstart"], "no store at results/quickstart.zarr"),  # a catalog name: its default store
+])
+def test_report_refuses_bad_arguments_in_one_line(args, says, tmp_path):
     result = subprocess.run([TOKENSWEEP, "report", *args], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "Traceback" not in result.stderr
+    assert says in result.stderr and "Traceback" not in result.stderr
