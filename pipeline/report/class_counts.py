@@ -8,7 +8,6 @@ unresolved fraction falls to 0 (the caveat `unresolved` flags the cells where it
 
 from __future__ import annotations
 
-import numpy as np
 import xarray as xr
 
 from ..analysis.antipodal import CLASS_ANTIPODAL, CLASS_UNRESOLVED
@@ -24,11 +23,11 @@ def class_fractions(ds: xr.Dataset) -> xr.Dataset:
     """Fractions antipodal and unresolved over (grid..., t) among the counted trajectories."""
     cc = ds["cluster_class"]
     keep = done_finite(ds, cc.isel(t=0, drop=True))
-    n = keep.sum("traj")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = xr.Dataset({"antipodal": ((cc == CLASS_ANTIPODAL) & keep).sum("traj") / n,
-                          "unresolved": ((cc == CLASS_UNRESOLVED) & keep).sum("traj") / n})
-    return out.compute()
+    counts = xr.Dataset({"antipodal": ((cc == CLASS_ANTIPODAL) & keep).sum("traj"),
+                         "unresolved": ((cc == CLASS_UNRESOLVED) & keep).sum("traj"),
+                         "n": keep.sum("traj")}).compute()
+    n = counts.n.where(counts.n > 0)  # a cell with nothing counted yet: NaN, not a warning
+    return xr.Dataset({"antipodal": counts.antipodal / n, "unresolved": counts.unresolved / n})
 
 
 def plot_class_fractions(frac: xr.Dataset, attrs: dict, path) -> str:
