@@ -4,7 +4,7 @@
     $ tokensweep plan quickstart                  # partitions, store size, time: computes nothing
     $ tokensweep run catalog/quickstart.yaml      # local Dask cluster + local Prefect server
     $ tokensweep status results/quickstart.zarr   # partitions done / pending / failed
-    $ tokensweep report results/quickstart.zarr   # phase.png + report.md
+    $ tokensweep report results/quickstart.zarr   # report.html (+ report.md, PNGs)
     $ tokensweep models                           # the models a spec can name
     $ tokensweep serve --scheduler-file sched.json  # launch and retry sweeps from the UI
 
@@ -296,8 +296,10 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
     if quiet:
         return
     typer.echo(f"computed {summary['computed']} of {summary['partitions']} partitions into {summary['store']}")
-    for name, path in summary.get("report", {}).items():
-        typer.echo(f"{name}: {path}")
+    report_paths = summary.get("report", {})
+    for name in ("html", "report"):  # the page and the markdown; the figures lie beside them
+        if name in report_paths:
+            typer.echo(f"{name}: {report_paths[name]}")
 
 
 def _one_of_quiet_verbose(quiet: bool, verbose: bool) -> None:
@@ -572,15 +574,27 @@ def status(store: str = StoreArg):
 
 @app.command()
 def report(
-    store: str = StoreArg,
+    store: Optional[str] = typer.Argument(None, help="path of a tokensweep zarr store, or the name of "
+                                          "a catalog entry (its default store)", show_default=False),
     out: Optional[str] = typer.Option(None, help="output folder", show_default="STORE.report"),
+    index: Optional[str] = typer.Option(None, help="write DIR/index.html linking the report of every "
+                                        "store under DIR (writing those missing or stale)",
+                                        metavar="DIR", show_default="none: report STORE"),
 ):
-    """Write phase.png and report.md (empirical probabilities against the closed forms)."""
-    store = location.normalised(store)  # a file:// URL is its path
+    """Write report.html (self-contained), report.md and the figures (empirical probabilities
+    against the closed forms); with --index DIR, the index of every store's report under DIR."""
+    from ..pipeline.reading import store_path
     from ..pipeline.report import write_report
+    from ..pipeline.report.index import write_index
     from ..pipeline.store import open_cube
 
+    if (store is None) == (index is None):
+        _fail("report: give either STORE (a store or a catalog name) or --index DIR, not both or neither")
     try:
+        if index is not None:
+            typer.echo(f"index: {write_index(index)}")
+            return
+        store = location.normalised(store_path(location.normalised(store)))  # file:// URL: its path
         stored_sweep(store)
         flat = read_status(store)
         with open_cube(store) as ds:
@@ -588,7 +602,7 @@ def report(
                 typer.echo(f"warning: {(flat != DONE).sum()} partitions not done; "
                            "the report covers done partitions' cells only", err=True)
             paths = write_report(ds, Path(out) if out else location.report_dir(store))
-    except StoreError as err:
+    except (StoreError, SpecError) as err:
         _fail(str(err))
     for name, path in paths.items():
         typer.echo(f"{name}: {path}")

@@ -108,6 +108,7 @@ def test_run_resume_and_report(prefect_server, tiny_spec, write_spec, tmp_path):
 
     report = store.with_suffix(".report")
     assert (report / "phase.png").stat().st_size > 10_000
+    assert "data:image/png;base64," in (report / "report.html").read_text()  # the flow's report task too
     check_report((report / "report.md").read_text(), ds.load())
 
     # this test's flow run, told from the session's other "tiny" runs by its store parameter

@@ -145,10 +145,11 @@ FAMILIES = {
     "stochastic_n_gt_2": {"name": "st", "model": "stochastic_transformer", "time": TIME,
                           "grid": {"beta": [0.5, 2.0], "d": 3, "n": [2, 4]}, "trajectories": 4},
 }
-FIGURES = {"sphere_flow": {"frac_close", "clusters"},
-           "sphere_flow_equiangular": {"frac_close", "clusters", "equiangular"},
+FIGURES = {"sphere_flow": {"frac_close", "clusters", "classes"},
+           "sphere_flow_equiangular": {"frac_close", "clusters", "equiangular", "classes"},
            "euclidean_flow": {"clusters"}, "euclidean_flow_matrix": {"clusters"},
-           "hybrid": {"phase", "heatmap"}, "stochastic_n_gt_2": {"phase", "any_antipodal", "persistence"}}
+           "hybrid": {"phase", "heatmap", "classes"},
+           "stochastic_n_gt_2": {"phase", "any_antipodal", "persistence", "classes"}}
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -175,8 +176,8 @@ def test_family_runs_through_store_and_report(family, tmp_path):
         assert ds.frac_close.notnull().all() and ((0 <= ds.frac_close) & (ds.frac_close <= 1)).all()
 
     paths = write_report(ds, tmp_path / "report")
-    assert set(paths) == {"report"} | FIGURES[family]
-    assert all(Path(p).stat().st_size > 1000 for p in paths.values())
+    assert set(paths) == {"report", "html", "summary"} | FIGURES[family]
+    assert all(Path(paths[name]).stat().st_size > 1000 for name in FIGURES[family] | {"report", "html"})
     text = Path(paths["report"]).read_text()
     assert f"**model**: {sweep.model}" in text
     for name in FIGURES[family]:

@@ -2,18 +2,23 @@
 
 `write_report(ds, out_dir)` reads the cube's typed spec, asks its model (pipeline/models/) for
 its sections (functions of the outcome modules `antipodal`, `clustering`, `geometry` with the
-model's closed forms bound in), and writes `report.md` beside the figures the sections drew.
+model's closed forms bound in), adds the sections any cube may have (`class_counts`,
+`observables`), and writes `report.md` beside the figures the sections drew, the same report as
+one self-contained `report.html` (`html`: figures embedded) with the warnings (`caveats`), the
+agreement summary (`agreement`) and the provenance (`provenance`) at hand, and `summary.json`,
+what the index of many reports (`index`) lists.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
-from ..analysis.stats import pending_count, stored_spec
+from ..analysis.stats import stored_spec
 from ..plugin import ReportInput
 
 __all__ = ["write_report", "header_lines", "rows_table", "row_order", "fmt", "cell_rows"]
@@ -79,8 +84,15 @@ def _spec_facts(sweep, names) -> tuple:
 
 
 def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
-    """Write report.md and its figures into out_dir; return {'report': path, figure: path, ...}."""
+    """Write report.md, report.html (self-contained) and summary.json with their figures into
+    out_dir; return {'report': md path, 'html': html path, 'summary': json path, figure: path, ...}."""
     from ..models import get_model
+    from .agreement import agreement_summary, agreement_table
+    from .caveats import caveats, cells_done, unresolved_fraction
+    from .class_counts import class_count_section
+    from .html import render_markdown, render_page
+    from .observables import recorded_section
+    from .provenance import provenance
 
     sweep = stored_spec(ds)
     if sweep is None:
@@ -91,17 +103,39 @@ def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     report_input = ReportInput(ds, sweep, out, level)
     body, figures, t = [], {}, float("nan")
-    for section in model.sections(sweep):
+    # the model's sections, then those any cube may have: classes over time, recorded observables
+    for section in [*model.sections(sweep), class_count_section, recorded_section]:
         part = section(report_input)
         body += part.lines
         figures.update(part.figures)
     if "cluster_class" in ds and "t" in ds.dims:
         t = float(ds["t"].values[-1])  # the antipodal statistics are read at the last checkpoint
     extra = _spec_facts(sweep, model.report_facts)
-    lines = header_lines(ds, level, t, pending_count(ds), extra)
-    n_bad = int(ds["nonfinite"].sum()) if "nonfinite" in ds else 0
-    if n_bad:
-        lines += [f"**{n_bad} trajectories became non-finite** and are left out of every statistic.", ""]
+    head = header_lines(ds, level, t, 0, extra)
+    table = agreement_table(ds, level)
+    warnings, agreement, origin = caveats(ds, table), agreement_summary(table), provenance(ds)
+    summary_lines, outside_lines = [], []
+    if agreement is not None:
+        summary_lines = [f"**Agreement with the closed form**: {agreement.text}.", ""]
+        outside_lines = ["## Cells outside their interval", ""] + (
+            [rows_table(agreement.head, agreement.outside), ""] if agreement.outside else ["None.", ""])
+    provenance_lines = ["## Provenance", ""] + [f"- **{k}**: {v}" for k, v in origin["facts"]] + [""]
     report = out / "report.md"
-    report.write_text("\n".join(lines + body))
-    return {"report": str(report), **figures}
+    report.write_text("\n".join(head + [w.markdown + "\n" for w in warnings] + summary_lines + body
+                                 + outside_lines + provenance_lines))
+    unresolved = unresolved_fraction(table)
+    p_value = "—" if agreement is None else fmt(agreement.p_value, 3)
+    html = out / "report.html"
+    html.write_text(render_page(
+        "report.html", name=sweep.name, version=ds.attrs.get("code_version", ""),
+        facts=render_markdown("\n".join(head[2:]), out), caveats=warnings, agreement=agreement,
+        p_value=p_value, unresolved=unresolved if math.isfinite(unresolved) else None,
+        body=render_markdown("\n".join(body), out), provenance=origin), encoding="utf-8")
+    done, cells = cells_done(ds)
+    summary = out / "summary.json"
+    summary.write_text(json.dumps({
+        "name": sweep.name, "model": sweep.model, "cells_done": done, "cells": cells,
+        "agreement": None if agreement is None else agreement.as_dict(),
+        "unresolved": unresolved if math.isfinite(unresolved) else None,
+        "warnings": [w.title for w in warnings], "html": html.name}, indent=1))
+    return {"report": str(report), "html": str(html), "summary": str(summary), **figures}

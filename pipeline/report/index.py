@@ -1,0 +1,85 @@
+"""The index of many reports: `write_index(DIR)` finds every tokensweep store under DIR, writes the
+report of each that has none or whose store was written since (`report_dir(STORE)`, the default
+folder `STORE.report`), and writes DIR/index.html: one row per store with its name, model, cells
+done, agreement summary and warnings, linking its report.html.
+
+It reads each report's `summary.json` (written by `write_report`), so an index over finished
+stores opens no cube. A store's report is stale when a file of its `status` array (written as
+each partition finishes) or its metadata is newer than the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from .. import location
+from ..provenance import code_version
+from ..store import StoreError, open_cube, stored_sweep
+from .html import render_page
+
+__all__ = ["write_index", "find_stores", "report_dir"]
+
+
+def report_dir(store) -> Path:
+    """Where `tokensweep report STORE` (and a finished run) writes the report: STORE.report."""
+    return location.report_dir(store)
+
+
+def find_stores(root) -> list[Path]:
+    """Every tokensweep store under root (not looking inside stores or report folders), sorted."""
+    found = []
+    for folder, subdirs, files in os.walk(root):
+        path = Path(folder)
+        if "zarr.json" in files:
+            subdirs.clear()  # a zarr group's arrays, or a store: nothing further down
+            try:
+                stored_sweep(path)
+            except StoreError:
+                continue
+            found.append(path)
+        subdirs[:] = sorted(d for d in subdirs if not d.endswith(".report"))
+    return sorted(found)
+
+
+def _newest_write(store: Path) -> float:
+    times = [(store / "zarr.json").stat().st_mtime]
+    for folder, _, files in os.walk(store / "status"):
+        times += [(Path(folder) / f).stat().st_mtime for f in files]
+    return max(times)
+
+
+def _summary(store: Path, level: float) -> dict:
+    """The store's report summary, writing the report first when it is missing or stale."""
+    from .page import write_report
+
+    path = report_dir(store) / "summary.json"
+    if not path.is_file() or path.stat().st_mtime < _newest_write(store):
+        with open_cube(store) as ds:
+            write_report(ds, report_dir(store), level)
+    return json.loads(path.read_text())
+
+
+def write_index(root, level: float = 0.95) -> Path:
+    """Write root/index.html over every store under root (module docstring); return its path."""
+    root = Path(root)
+    if not root.is_dir():
+        raise StoreError(f"{root} is not a folder: give the folder that holds the stores "
+                         "(tokensweep report --index DIR)")
+    entries = []
+    for store in find_stores(root):
+        summary = _summary(store, level)
+        agreement = summary.get("agreement") or {}
+        entries.append({
+            "name": summary["name"], "model": summary["model"], "cells_done": summary["cells_done"],
+            "cells": summary["cells"], "agreement": agreement.get("text"),
+            "warnings": summary.get("warnings", []),
+            "href": (report_dir(store) / summary.get("html", "report.html")).relative_to(root).as_posix(),
+            "store": store.relative_to(root).as_posix()})
+    index = root / "index.html"
+    index.write_text(render_page("index.html", root=str(root), entries=entries, version=code_version(),
+                                 written=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
+                     encoding="utf-8")
+    return index
