@@ -1,0 +1,136 @@
+"""The catalog (catalog/*.yaml, indexed in catalog/README.md): every entry validates at every scale
+it has and is indexed; every small-scale entry runs through the real pipeline (a real Prefect
+server, a real two-worker Dask cluster found by its scheduler file, a real zarr store) and its
+report (the flow's report task) is written with the sections its outcome needs (`-m slow`).
+
+TOKENSWEEP_CATALOG_TIMES=FILE appends "name seconds" per entry run (run + report), the small-scale
+times of catalog/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tokensweep.flows.cli import _catalog_claims
+from tokensweep.pipeline.scales import scales_of
+from tokensweep.pipeline.spec import load_sweep
+
+CATALOG = Path(__file__).parent.parent / "catalog"
+ENTRIES = sorted(p.stem for p in CATALOG.glob("*.yaml"))
+# a small scale is a few seconds of compute on 2 cores: a bound on cells x trajectories x layers
+# (the slowest kernel per step is the stochastic one with n = 2 at ~1 us, the quickstart's 2.5e7)
+SMALL_STEPS = 3e7
+
+
+def _scales(name: str) -> tuple[str, ...]:
+    return scales_of(yaml.safe_load((CATALOG / f"{name}.yaml").read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("name", ENTRIES)
+def test_every_entry_validates_at_every_scale(name):
+    scales = _scales(name)
+    assert "paper" in scales, f"{name}: give it a scales: {{paper: ...}} block with the paper's sizes"
+    small = load_sweep(CATALOG / f"{name}.yaml")
+    assert small.name == name
+    assert small.n_cells * small.trajectories * small.time.layers <= SMALL_STEPS, name
+    for scale in scales[1:]:
+        sweep = load_sweep(CATALOG / f"{name}.yaml", scale)
+        assert sweep.name == f"{name}-{scale}" and sweep.model == small.model
+        # the larger scale is larger: more work, never less
+        assert sweep.n_cells * sweep.trajectories * sweep.time.layers > \
+            small.n_cells * small.trajectories * small.time.layers, (name, scale)
+
+
+def test_every_entry_is_indexed_and_every_row_names_a_file():
+    index = (CATALOG / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([^`]+)` \|", index, re.M)
+    assert sorted(rows) == sorted(f"{name}.yaml" for name in ENTRIES), "catalog/README.md's table"
+    assert len(rows) == len(set(rows))
+    claims = _catalog_claims()  # what `tokensweep catalog` prints: the paper, figure or claim
+    for name in ENTRIES:
+        claim = claims[f"{name}.yaml"]
+        assert re.search(r"\[(F26|GLPR-P|GLPR-E|RST)\]", claim) or name.startswith(("sphere-flow", "quick")), \
+            (name, claim)
+    for line in index.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            assert len(cells) == 6, line  # spec, claim, expected outcome, model, small, paper
+            assert re.search(r"\d", cells[4]) and re.search(r"\d|—", cells[5]), line
+
+
+# ---------------------------------------------------------------------------------------------
+# every small entry through the pipeline and the report
+
+
+def expected_sections(sweep) -> list[str]:
+    """Headings the report of `sweep` must have, from its model and its grid."""
+    from tokensweep.pipeline.models import get_model
+
+    model = get_model(sweep.model)
+    if sweep.model in ("stochastic_transformer", "hybrid"):
+        out = ["## P(antipodal) per grid cell"]
+        two_tokens = 2 in sweep.grid.n
+        closed = (sweep.model == "hybrid" or sweep.closed_form_applies) and sweep.attention != "causal_sa"
+        if two_tokens and closed:
+            out.append("## Chi-square summary")  # the agreement with the closed form
+        if any(n > 2 for n in sweep.grid.n):
+            out.append("## P(at least one antipodal pair)")
+        if getattr(sweep.grid, "layers", None):
+            out.append("## P(antipodal) against the step h")
+        return out
+    if sweep.model == "euclidean_flow":
+        return ["## Geometry at T per cell"]
+    out = ["## Cluster counts"]
+    if model.closed_form_attention(sweep):
+        out.append("## Fraction of close pairs")
+        if sweep.init.kind == "equiangular":
+            out.append("## Equiangular start")
+    if sweep.init.kind == "uniform" and model.closed_form_attention(sweep):
+        out.append("## Open hemisphere")
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # a cold numba cache compiles each kernel variant first
+@pytest.mark.parametrize("name", ENTRIES)
+def test_small_entry_runs_and_reports(name, dask_cluster, tmp_path, monkeypatch):
+    from tokensweep.flows.run import run_sweep
+    from tokensweep.pipeline.store import open_cube
+
+    monkeypatch.setenv("TOKENSWEEP_RESULTS", str(tmp_path / "results"))
+    sweep = load_sweep(name)
+    assert sweep.store == f"{tmp_path}/results/{name}.zarr"  # the default store of a catalog entry
+    start = time.perf_counter()
+    summary = run_sweep(sweep.model_dump(mode="json"), sweep.store,
+                        scheduler_file=str(dask_cluster.scheduler_file), progress=False)
+    seconds = time.perf_counter() - start
+    if os.environ.get("TOKENSWEEP_CATALOG_TIMES"):
+        with open(os.environ["TOKENSWEEP_CATALOG_TIMES"], "a") as f:
+            f.write(f"{name} {seconds:.1f}\n")
+
+    assert summary["computed"] == summary["partitions"] > 0 and summary["failed"] == 0, summary
+    paths = summary["report"]  # the flow's own report task wrote it beside the store
+    text = Path(paths["report"]).read_text()
+    assert f"**model**: {sweep.model}" in text
+    assert re.search(r"^\| .+ \|$", text, re.M), f"{name}: no table in the report"
+    for heading in expected_sections(sweep):
+        assert heading in text, f"{name}: the report lacks {heading!r}"
+    for figure, path in paths.items():
+        assert Path(path).stat().st_size > 1000, (name, figure)
+        if figure != "report":
+            assert f"({Path(path).name})" in text, (name, figure)
+    if "## Chi-square summary" in expected_sections(sweep):  # the agreement with the closed form
+        assert re.search(r"\| theory \| z \|.*\| agrees \(", text), f"{name}: no agreement table"
+        cells = re.search(r"sum z\^2 = [\d.]+ over (\d+) cells \(dof = \d+\), p-value = (\S+)\.", text)
+        assert cells, f"{name}: no chi-square line"
+        # z needs a theory strictly inside (0, 1): USA's hybrid dichotomy (0 or 1) has none
+        assert int(cells[1]) == 0 or re.fullmatch(r"\d\.\d{3}", cells[2]), cells[0]
+    with open_cube(sweep.store) as ds:
+        for observable in getattr(sweep, "record", ()):
+            assert observable in ds.data_vars, (name, observable)
