@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from ...kernels import vocabulary
-from .. import theory
+from .. import theory, theory_finite
 from ..plugin import Model
 from ..recording import RecordingSweep, record_arguments
 from ..report import antipodal
@@ -79,6 +79,22 @@ class Hybrid(Model):
                 if given is None or np.isfinite(given):
                     out[idx] = theory.hybrid_antipodal_probability(
                         beta[idx], sigma[idx], sweep.attention, int(d[idx]), rho0=given)
+        return out
+
+    def finite_time_outcomes(self, sweep, cells: dict, t: float) -> np.ndarray:
+        """(P(antipodal), P(single), P(unresolved)) of two tokens at time t, shape (3, cells...),
+        from the backward equation (`theory_finite`); NaN where none applies or sigma = 0."""
+        beta, d, _, mask = two_token_cells(cells)
+        sigma = np.broadcast_to(np.asarray(cells.get("sigma", np.nan), float), beta.shape)
+        rho0 = initial_overlap(sweep, cells, beta.shape)
+        out = np.full((3, *beta.shape), np.nan)
+        if sweep.attention in CLOSED_FORM_ATTENTIONS:
+            for idx in zip(*np.nonzero(mask & (sigma > 0))):
+                given = None if rho0 is None else float(rho0[idx])
+                if given is None or np.isfinite(given):
+                    out[(slice(None), *idx)] = theory_finite.hybrid_outcomes(
+                        float(t), float(beta[idx]), float(sigma[idx]), sweep.attention, int(d[idx]),
+                        sweep.eps, given)
         return out
 
     def threshold_curves(self, sweep, beta: np.ndarray) -> list:

@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
-from .. import theory
+from .. import theory, theory_finite
 from ..plugin import Model
 from ..recording import RecordingSweep, record_arguments
 from ..report import antipodal
@@ -178,6 +178,22 @@ class StochasticTransformer(Model):
                     out[idx] = theory.antipodal_probability(beta[idx], int(d[idx]))
                 elif np.isfinite(rho0[idx]):
                     out[idx] = theory.antipodal_probability_given_overlap(rho0[idx], beta[idx], int(d[idx]))
+        return out
+
+    def finite_time_outcomes(self, sweep, cells: dict, t: float) -> np.ndarray:
+        """(P(antipodal), P(single), P(unresolved)) of two tokens at time t, shape (3, cells...):
+        the backward Kolmogorov equation of the limit diffusion (`theory_finite`); NaN where the
+        closed form does not apply."""
+        beta, d, _, mask = two_token_cells(cells)
+        rho0 = initial_overlap(sweep, cells, beta.shape)
+        out = np.full((3, *beta.shape), np.nan)
+        if sweep.attention in CLOSED_FORM_ATTENTIONS and sweep.closed_form_applies:
+            for idx in zip(*np.nonzero(mask)):
+                given = None if rho0 is None else float(rho0[idx])
+                if given is None or np.isfinite(given):
+                    out[(slice(None), *idx)] = theory_finite.stochastic_outcomes(
+                        float(t), float(beta[idx]), int(d[idx]), sweep.attention, sweep.eps, given,
+                        sweep.value_std)
         return out
 
     def critical_beta(self, sweep, d) -> float:
