@@ -143,6 +143,7 @@ def check_classes(ds, h, times, min_unresolved):
     return checked
 
 
+@pytest.mark.slow
 def test_stochastic_classes_at_finite_t_match_the_backward_equation(tmp_path):
     T, layers = 5.0, 2000
     with run_cube(tmp_path, {
@@ -157,6 +158,7 @@ def test_stochastic_classes_at_finite_t_match_the_backward_equation(tmp_path):
         assert float(np.abs(table.theory - table.p_antipodal).max()) > 0.1
 
 
+@pytest.mark.slow
 def test_hybrid_classes_at_finite_t_match_the_backward_equation(tmp_path):
     T, layers = 10.0, 4000
     with run_cube(tmp_path, {

@@ -40,8 +40,10 @@ def markdown_table(table: xr.Dataset, level: float = 0.95) -> str:
     table = table.sortby(dims).transpose(*dims)
     agree = agrees(table, AGREE_LEVEL, AGREE_WIDEN).transpose(*dims).values
     judged = (table.theory.notnull() & (table.n_traj > 0)).values  # a flag needs a theory and data
+    agree_t = agrees(table, AGREE_LEVEL, AGREE_WIDEN, "theory_t").transpose(*dims).values
     head = dims + ["N", "p_antipodal", f"{level:.0%} Wilson", "theory", "z", "unresolved",
-                   "nonfinite", f"agrees ({AGREE_LEVEL:.0%} ± {AGREE_WIDEN})"]
+                   "nonfinite", f"agrees ({AGREE_LEVEL:.0%} ± {AGREE_WIDEN})", "theory (t)", "z (t)",
+                   "unresolved (theory, t)", "agrees (t)"]
     rows = []
     for idx in np.ndindex(table.n_traj.shape):
         cell = table[{dim: i for dim, i in zip(dims, idx)}]
@@ -51,7 +53,9 @@ def markdown_table(table: xr.Dataset, level: float = 0.95) -> str:
             str(N), fmt(float(cell.p_antipodal)),
             f"[{fmt(float(cell.lo))}, {fmt(float(cell.hi))}]", fmt(float(cell.theory)),
             fmt(float(cell.z), 2), fmt(unresolved), str(int(cell.n_nonfinite)),
-            ("yes" if agree[idx] else "no") if judged[idx] else "n/a"])
+            ("yes" if agree[idx] else "no") if judged[idx] else "n/a",
+            fmt(float(cell.theory_t)), fmt(float(cell.z_t), 2), fmt(float(cell.unresolved_t)),
+            ("yes" if agree_t[idx] else "no") if np.isfinite(float(cell.theory_t)) and N else "n/a"])
     return rows_table(head, rows)
 
 
@@ -77,6 +81,12 @@ def probability_section(report: ReportInput) -> Part:
         f"the {AGREE_LEVEL:.0%} Wilson interval widened by {AGREE_WIDEN} on each side. The widening "
         "allows for the documented O(h) step-size bias of the discrete model against the limit SDE "
         "(docs/models.md section 4), and near beta_c for the slow convergence at finite T.", "",
+        f"**At the checkpoint t = {table.attrs['t']:g}**: {int(agrees(table, AGREE_LEVEL, AGREE_WIDEN, 'theory_t').sum())} "
+        f"of {int((table.theory_t.notnull() & (table.n_traj > 0)).sum())} cells agree with `theory (t)`, the "
+        "class probabilities at t of the limit diffusion (backward Kolmogorov equation, docs/models.md "
+        "section 4.5), which also predicts the unresolved fraction; the figure shades the band "
+        "[theory (t), theory (t) + unresolved (theory, t)] in which the trajectories unresolved at t "
+        "may still put the eventual P(antipodal).", "",
         "## Chi-square summary", "",
         f"sum z^2 = {chi['chi2']:.2f} over {chi['dof']} cells (dof = {chi['dof']}), "
         f"p-value = {fmt(chi['p_value'], 3)}.", "",
@@ -153,6 +163,11 @@ def plot_antipodal_vs_beta(table: xr.Dataset, path) -> str:
                 value = scalar(cell, name, None)
                 if value is not None:
                     cells[name] = np.full(dense.shape, value)
+            at_t, band = (np.ravel(cell[v].values) for v in ("theory_t", "unresolved_t"))
+            if np.isfinite(at_t).any():  # the finite-t curve at the grid's betas, with its band
+                b = np.ravel(cell.beta.values)
+                ax.plot(b, at_t, ":", color=colour, lw=1.2, label=f"d = {d} (theory at t)")
+                ax.fill_between(b, at_t, at_t + band, color=colour, alpha=0.15, lw=0)
             curve = np.asarray(theory(cells), float)
             if np.isfinite(curve).any():
                 ax.plot(dense, curve, "-", color=colour, lw=1.2, label=f"d = {d} (theory)")
@@ -167,6 +182,8 @@ def plot_antipodal_vs_beta(table: xr.Dataset, path) -> str:
     what = f"P(antipodal) vs β, Wilson {level:.0%} intervals"
     if critical is not None:
         what += "; dashed: β_c(d) = arccosh(d-2)/2"
+    if np.isfinite(table.theory_t.values).any():
+        what += f"; dotted: theory at t = {attrs.get('t', np.nan):g}, shaded: + predicted unresolved"
     return save(fig, path, figure_title(attrs, what))
 
 
