@@ -7,7 +7,7 @@
   (n, sigma, ...) become facets.
 * `heatmap_section`: P(antipodal) over (beta, sigma) with the model's `threshold_curves` over it.
 * `step_bias_section` (a `layers` grid axis only): P(antipodal) against h = T / layers per cell,
-  the closed form beside it (the h -> 0 limit): the O(h) bias and its trend in one sweep.
+  its h -> 0 extrapolation (`analysis.step_bias`) and the theory at t and at t = infinity beside it.
 * `any_pair_section` (n > 2 only): P(at least one antipodal pair) against beta per n and its
   persistence over the checkpoints ([F26] Figs. 6-7).
 
@@ -24,6 +24,7 @@ import xarray as xr
 
 from ..analysis.antipodal import agrees, antipodal_table, any_antipodal_table
 from ..analysis.stats import chi_square_summary, closed_form
+from ..analysis.step_bias import zero_step_table
 from ..plugin import Part, ReportInput
 from .figures import N_DENSE, facets, figure_title, panels, plt, save, scalar, subplots, with_dims
 from .page import fmt, row_order, rows_table
@@ -261,25 +262,36 @@ def step_bias_section(report: ReportInput) -> Part:
     others = [dim for dim in row_order(table.n_traj.dims) if dim != "layers"]
     table = table.sortby(others + ["layers"]).transpose(*others, "layers")
     hs = T / table.layers.values
-    head = others + [f"h = {h:.3g}" for h in hs] + ["theory (h → 0)"]
+    fit = zero_step_table(table, T, level=AGREE_LEVEL).transpose(*others)
+    head = others + [f"h = {h:.3g}" for h in hs] + [
+        f"h → 0, linear fit [{AGREE_LEVEL:.0%}]", "χ²/dof", f"h → 0, quadratic [{AGREE_LEVEL:.0%}]",
+        f"theory at t = {float(table.attrs.get('t', T)):g}", "theory (t → ∞)"]
     rows = []
     for idx in np.ndindex(*[table.sizes[dim] for dim in others]):
-        cell = table[dict(zip(others, idx))]
+        cell, f = table[dict(zip(others, idx))], fit[dict(zip(others, idx))]
         rows.append([f"{cell[dim].values.item():g}" for dim in others] + [
             f"{fmt(float(c.p_antipodal))} [{fmt(float(c.lo))}, {fmt(float(c.hi))}]"
-            for c in (cell.isel(layers=i) for i in range(len(hs)))] + [fmt(float(cell.theory.isel(layers=0)))])
-    figures = {"step_bias": plot_step_bias(table, hs, report.out / "step_bias.png")}
+            for c in (cell.isel(layers=i) for i in range(len(hs)))] + [
+            f"{fmt(float(f.p0))} [{fmt(float(f.lo))}, {fmt(float(f.hi))}]",
+            f"{fmt(float(f.chi2), 1)}/{int(f.dof)}" if np.isfinite(float(f.chi2)) else "—",
+            f"{fmt(float(f.p0_quad))} [{fmt(float(f.lo_quad))}, {fmt(float(f.hi_quad))}]",
+            fmt(float(f.theory_t)), fmt(float(cell.theory.isel(layers=0)))])
+    figures = {"step_bias": plot_step_bias(table, hs, report.out / "step_bias.png", fit)}
     lines = [
         "## P(antipodal) against the step h = T / layers", "",
-        f"Each row: one cell at every layer count ({level:.0%} Wilson intervals), the closed form "
-        "last (the limit SDE, h → 0). The discrete model's bias is O(h) (docs/models.md section 4). "
+        f"Each row: one cell at every layer count ({level:.0%} Wilson intervals), then the h → 0 "
+        "extrapolations (weighted least squares of p against h with binomial weights, linear and, as a "
+        "check, quadratic; χ² of the linear fit; docs/models.md section 4.6), the limit diffusion's "
+        "probability at this t (backward equation) and the closed form (t → ∞). The discrete model's "
+        "bias is O(h) (docs/models.md section 4). "
         "The header's layers and h are the spec's time.layers; each column has its own h.", "",
         rows_table(head, rows), "", "![step bias](step_bias.png)", ""]
     return Part(lines, figures)
 
 
-def plot_step_bias(table: xr.Dataset, hs, path) -> str:
-    """P(antipodal) vs h per cell (Wilson bars), the closed form drawn at h = 0; returns path."""
+def plot_step_bias(table: xr.Dataset, hs, path, fit: xr.Dataset | None = None) -> str:
+    """P(antipodal) vs h per cell (Wilson bars), the closed form drawn at h = 0 and the linear
+    extrapolation (`fit`, `zero_step_table`) with its interval; returns path."""
     others = [dim for dim in table.n_traj.dims if dim != "layers"]
     fig, axes = subplots(1, width=7.0)
     ax = axes[0]
@@ -292,10 +304,15 @@ def plot_step_bias(table: xr.Dataset, hs, path) -> str:
         ax.errorbar(hs, p, yerr=np.maximum([p - lo, hi - p], 0), fmt="o-", ms=4, capsize=2,
                     color=colour, label=label or None)
         ax.plot([0.0], [float(cell.theory.isel(layers=0))], "*", ms=10, color=colour)
+        if fit is not None:
+            f = fit[dict(zip(others, idx))]
+            ax.errorbar([0.0], [float(f.p0)], yerr=[[float(f.p0 - f.lo)], [float(f.hi - f.p0)]],
+                        fmt="D", ms=4, capsize=2, color=colour, alpha=0.6)
     ax.set(xlabel="step h = T / layers (time units)", ylabel="P(antipodal) (probability)",
            xlim=(-0.03 * max(hs), 1.03 * max(hs)))
     ax.grid(alpha=0.3)
     if len(ax.get_legend_handles_labels()[0]):
         ax.legend(fontsize=7, ncol=2)
     attrs = {k: v for k, v in table.attrs.items() if k != "layers"}  # h varies: not one h
-    return save(fig, path, figure_title(attrs, "P(antipodal) vs h; stars: closed form (h → 0)"))
+    return save(fig, path, figure_title(attrs, "P(antipodal) vs h; stars: closed form (h → 0), "
+                                        "diamonds: linear extrapolation"))
