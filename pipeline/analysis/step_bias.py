@@ -37,7 +37,7 @@ def zero_step_fit(h, k, N, degree: int = 1, level: float = 0.99) -> dict:
     h, k, N = (np.asarray(v, float) for v in (h, k, N))
     keep = N > 0
     h, k, N = h[keep], k[keep], N[keep]
-    nan = {"p0": np.nan, "lo": np.nan, "hi": np.nan, "se": np.nan, "slope": np.nan,
+    nan = {"p0": np.nan, "lo": np.nan, "hi": np.nan, "se": np.nan, "slope": np.nan, "slope_se": np.nan,
            "coef": np.full(degree + 1, np.nan), "z_top": np.nan, "chi2": np.nan, "dof": 0,
            "p_value": np.nan}
     if h.size < degree + 1:
@@ -56,7 +56,8 @@ def zero_step_fit(h, k, N, degree: int = 1, level: float = 0.99) -> dict:
     dof = int(h.size - (degree + 1))
     chi2 = float(np.sum(w * (p - X @ coef) ** 2))
     return {"p0": float(coef[0]), "lo": float(coef[0] - z * se[0]), "hi": float(coef[0] + z * se[0]),
-            "se": float(se[0]), "slope": float(coef[1]) if degree >= 1 else np.nan, "coef": coef,
+            "se": float(se[0]), "slope": float(coef[1]) if degree >= 1 else np.nan,
+            "slope_se": float(se[1]) if degree >= 1 else np.nan, "coef": coef,
             "z_top": float(coef[-1] / se[-1]), "chi2": chi2, "dof": dof,
             "p_value": float(stats.chi2.sf(chi2, dof)) if dof > 0 else np.nan}
 
