@@ -40,7 +40,8 @@ monotone (an M-matrix) for every P, so the far field, where the drift dominates,
 oscillations nor negative probabilities. The band edge is a grid node carrying the value 1/2 of
 the indicator, which keeps the start's discontinuity from costing an order. The method of lines
 is integrated by `scipy.integrate.solve_ivp` (BDF, sparse constant Jacobian; the initial jump is
-resolved by its adaptive steps). `tests/test_theory_finite.py` checks the second-order grid
+resolved by its adaptive steps; rtol 1e-6, atol 1e-9 change no probability by 1e-8 against 1e-8 and
+1e-11, far below the grid's error). `tests/test_theory_finite.py` checks the second-order grid
 convergence, the T -> infinity limit and a long simulation through the real kernel.
 
 Start laws: a given rho_0 (cubic spline in xi), or independent uniform tokens, rho_0 with density
@@ -170,7 +171,7 @@ def _solve(coeff_key: tuple, times: tuple, eps: float, resolution: int):
         # smaller step); what counts is the accepted solution, checked below
         with np.errstate(invalid="ignore", over="ignore"):
             sol = integrate.solve_ivp(lambda _, u: big @ u, (0.0, float(t.max())), start, method="BDF",
-                                      t_eval=t[positive], jac=big, rtol=1e-8, atol=1e-11)
+                                      t_eval=t[positive], jac=big, rtol=1e-6, atol=1e-9)
         if not sol.success or not np.all(np.abs(sol.y - 0.5) <= 0.5 + 1e-6):
             raise RuntimeError(f"backward equation solver failed for {coeff_key}: {sol.message}")
         out[:, positive] = sol.y

@@ -113,8 +113,10 @@ def test_bad_arguments_are_refused():
 # ---------------------------------------------------------------------------------------------
 
 # models.md 4.3: the largest measured step bias of the discrete model is 0.042 - 0.035 = 0.007 at
-# h = 0.01 (d = 8, beta = 1.5), i.e. 0.7 h; the hybrid's, measured the same way, in models.md 5
+# h = 0.01 (d = 8, beta = 1.5), i.e. 0.7 h. models.md 5: the hybrid's at these cells and t <= 5,
+# |slope| <= 4.1 per unit h (99 % upper bound, benchmarks/bench_finite_t.py)
 STEP_BIAS_PER_H = 0.7
+HYBRID_STEP_BIAS_PER_H = 4.2
 LEVEL = 0.999
 
 
@@ -127,7 +129,7 @@ def run_cube(tmp_path, spec):
     return xr.open_zarr(store, consolidated=False)
 
 
-def check_classes(ds, h, times, min_unresolved):
+def check_classes(ds, h, times, min_unresolved, bias_per_h=STEP_BIAS_PER_H):
     checked = 0
     for t in times:
         table = antipodal_table(ds, t=t, level=LEVEL)
@@ -135,7 +137,7 @@ def check_classes(ds, h, times, min_unresolved):
         for count, column in (("n_antipodal", "theory_t"), ("n_single", "single_t"),
                               ("n_unresolved", "unresolved_t")):
             lo, hi = wilson_interval(table[count], table.n_traj, LEVEL)
-            widen = STEP_BIAS_PER_H * h
+            widen = bias_per_h * h
             inside = (table[column] >= lo - widen) & (table[column] <= hi + widen)
             assert bool(inside.all()), (t, count, table[count].values / table.n_traj.values,
                                         table[column].values)
@@ -160,11 +162,12 @@ def test_stochastic_classes_at_finite_t_match_the_backward_equation(tmp_path):
 
 @pytest.mark.slow
 def test_hybrid_classes_at_finite_t_match_the_backward_equation(tmp_path):
-    T, layers = 10.0, 4000
+    T, layers = 5.0, 5000
     with run_cube(tmp_path, {
         "name": "finite-t-hybrid", "model": "hybrid", "attention": "sa",
         "grid": {"beta": [1.0], "sigma": [float(np.sqrt(1.4)), 1.6], "d": 3, "n": 2},
-        "time": {"T": T, "layers": layers, "checkpoints": 2},
+        "time": {"T": T, "layers": layers, "checkpoints": 1},
         "trajectories": 4000, "partition_traj": 2000, "seed": 20261126,
     }) as ds:
-        assert check_classes(ds, T / layers, [5.0, 10.0], min_unresolved=0.25) == 12
+        assert check_classes(ds, T / layers, [5.0], min_unresolved=0.25,
+                             bias_per_h=HYBRID_STEP_BIAS_PER_H) == 6
