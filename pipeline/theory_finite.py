@@ -218,9 +218,9 @@ def stochastic_outcomes(t, beta: float, d: int, attention: str = "sa", eps: floa
     layers); value_std s is a time change s^2 t. Converges to `theory.antipodal_probability` as
     t -> infinity.
 
-    >>> o = stochastic_outcomes([0.0, 20.0], 2.0, 4)
-    >>> round(float(o.unresolved[0]), 4), round(float(o.antipodal[1]), 3)
-    (0.9985, 0.281)
+    >>> o = stochastic_outcomes([0.0, 20.0], 2.0, 3)  # at t = 0: P(|rho_0| >= 1 - eps) = eps
+    >>> round(float(o.unresolved[0]), 3), round(float(o.antipodal[1]), 3)
+    (0.999, 0.363)
     """
     attention, d = _check_attention(attention), _check_d(d)
     if not np.isfinite(beta) or beta < 0:

@@ -32,7 +32,7 @@ def zero_step_fit(h, k, N, degree: int = 1, level: float = 0.99) -> dict:
 
     >>> fit = zero_step_fit([0.1, 0.05, 0.02], [600, 700, 760], [2000, 2000, 2000])
     >>> round(fit["p0"], 4), fit["dof"]
-    (0.3993, 1)
+    (0.4, 1)
     """
     h, k, N = (np.asarray(v, float) for v in (h, k, N))
     keep = N > 0
