@@ -121,7 +121,8 @@ def test_table_and_report_have_a_layers_column(layered_cube, tmp_path):
     assert "| d | n | layers | beta | N |" in page
     assert "- **scheme**: discrete" in page and "- **value_law**: gaussian" in page
     bias = page.split("## P(antipodal) against the step")[1]
-    assert "| d | n | beta | h = 0.05 | h = 0.025 | h = 0.0125 | theory (h → 0) |" in bias
+    assert ("| d | n | beta | h = 0.05 | h = 0.025 | h = 0.0125 | h → 0, linear fit [99%] | χ²/dof "
+            "| h → 0, quadratic [99%] | theory at t = 2 | theory (t → ∞) |") in bias
     for beta in (0.5, 2.0):  # one row per cell, its closed form last
         p_th = float(table.theory.sel(beta=beta, d=3, n=2).isel(layers=0))
         assert any(line.startswith(f"| 3 | 2 | {beta:g} |") and line.endswith(f"| {p_th:.4f} |")

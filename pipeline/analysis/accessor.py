@@ -93,12 +93,15 @@ class TokensweepAccessor:
 
     def agreement(self, level: float = 0.99, widen: float = 0.01) -> xr.Dataset:
         """The antipodal table (counts, p, Wilson `level` interval, theory, z) with `agrees`:
-        the theory lies in the interval widened by `widen` (the O(h) step bias) on each side."""
+        the theory lies in the interval widened by `widen` (the O(h) step bias) on each side;
+        `agrees_t` the same for the theory at the checkpoint (theory_t, docs/models.md 4.5)."""
         from .antipodal import agrees, antipodal_table
 
         table = antipodal_table(self._ds, level=level)
         table["agrees"] = agrees(table, level, widen)
         table["agrees"].attrs = {"long_name": f"theory within the {level:.0%} interval ± {widen}"}
+        table["agrees_t"] = agrees(table, level, widen, "theory_t")  # the theory at the checkpoint
+        table["agrees_t"].attrs = {"long_name": f"theory at t within the {level:.0%} interval ± {widen}"}
         return table
 
     def cluster_counts(self) -> xr.Dataset:

@@ -11,7 +11,12 @@ stray count is then judged by the interval test `agrees`). Summing z^2 over the 
 a chi-square statistic with one degree of freedom per cell (`stats.chi_square_summary`).
 
 The closed form is the cube's model's `antipodal_probability(sweep, cells)` (NaN where none
-applies), or any callable passed as `theory`.
+applies), or any callable passed as `theory`: the T = infinity limit. At the finite checkpoint t
+the model's `finite_time_outcomes` (the backward equation of the limit diffusion,
+`theory_finite`, docs/models.md section 4.5) gives the class probabilities at t: `theory_t`
+(antipodal), `single_t` and `unresolved_t`, with `z_t` scored against `theory_t`. The band
+[theory_t, theory_t + unresolved_t] is where the eventual P(antipodal) of the trajectories still
+unresolved at t may take the estimate.
 
 More than two tokens ([F26] Figs. 6-7): a trajectory has an antipodal pair at checkpoint t when
 overlap_min(t) <= -1 + eps. `any_antipodal_table` gives p_any = n_any / N per cell and checkpoint
@@ -32,13 +37,15 @@ __all__ = ["antipodal_table", "agrees", "any_antipodal_table", "CLASS_UNRESOLVED
 CLASS_UNRESOLVED, CLASS_SINGLE, CLASS_ANTIPODAL = 0, 1, 2
 
 
-def antipodal_table(ds: xr.Dataset, t=None, level: float = 0.95, theory=None) -> xr.Dataset:
+def antipodal_table(ds: xr.Dataset, t=None, level: float = 0.95, theory=None,
+                    finite_t: bool = True) -> xr.Dataset:
     """Counts, probabilities, Wilson intervals, theory and z-scores per grid cell.
 
     ``ds`` holds ``cluster_class`` (int8 over grid dims, t, traj), optionally ``nonfinite`` (bool
     over grid dims, traj). ``t`` picks the checkpoint (nearest; default: the last one). ``theory``:
-    cells -> P(antipodal) (default: the cube's model's closed form). Works on lazy (dask) cubes:
-    the reductions are xarray sums over ``traj``, computed once at the end.
+    cells -> P(antipodal) (default: the cube's model's closed form). ``finite_t``: add the model's
+    finite-t class probabilities (theory_t, single_t, unresolved_t, z_t; NaN where none). Works
+    on lazy (dask) cubes: the reductions are xarray sums over ``traj``, computed once at the end.
     """
     if "cluster_class" not in ds:
         raise KeyError(f"the Dataset has no 'cluster_class' variable (it has {sorted(ds.data_vars)}): "
@@ -76,23 +83,48 @@ def antipodal_table(ds: xr.Dataset, t=None, level: float = 0.95, theory=None) ->
     with np.errstate(invalid="ignore", divide="ignore"):
         table["z"] = ((table.p_antipodal - p_th) / np.sqrt(p_th * (1 - p_th) / N)).where(~degenerate)
 
-    table.attrs = {**ds.attrs, "level": level, "t": float(cc["t"]) if "t" in cc.coords else np.nan}
+    t_value = float(cc["t"]) if "t" in cc.coords else np.nan
+    _add_finite_t(table, ds, t_value if finite_t else np.nan)
+    table.attrs = {**ds.attrs, "level": level, "t": t_value}
     for name, text in [("n_traj", "finite trajectories with a class"), ("p_antipodal", "P(antipodal)"),
                        ("lo", f"Wilson {level:.0%} lower bound"), ("hi", f"Wilson {level:.0%} upper bound"),
-                       ("theory", "closed-form P(antipodal)"), ("z", "standardised residual")]:
+                       ("theory", "closed-form P(antipodal) (t -> infinity)"), ("z", "standardised residual"),
+                       ("theory_t", "P(antipodal) at t (backward equation)"),
+                       ("single_t", "P(single cluster) at t (backward equation)"),
+                       ("unresolved_t", "P(unresolved) at t (backward equation)"),
+                       ("z_t", "standardised residual against theory_t")]:
         table[name].attrs.update(long_name=text, units="1")
     return table
 
 
-def agrees(table: xr.Dataset, level: float = 0.99, widen: float = 0.01) -> xr.DataArray:
+def _add_finite_t(table: xr.Dataset, ds: xr.Dataset, t: float) -> None:
+    """theory_t, single_t, unresolved_t and z_t (NaN without a model form or a finite t)."""
+    shape = table.n_traj.shape
+    probs = np.full((3, *shape), np.nan)
+    form = closed_form(ds, "finite_time_outcomes") if np.isfinite(t) else None
+    if form is not None:
+        probs = np.broadcast_to(np.asarray(form(cells_of(table, table.coords, table.n_traj), t), float),
+                                probs.shape)
+    for name, values in zip(("theory_t", "single_t", "unresolved_t"), probs):
+        table[name] = table.n_traj.copy(data=np.array(values, dtype=float))
+    p_th, N = table.theory_t, table.n_traj
+    degenerate = (p_th <= 0) | (p_th >= 1) | p_th.isnull() | (N == 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        table["z_t"] = ((table.p_antipodal - p_th) / np.sqrt(p_th * (1 - p_th) / N)).where(~degenerate)
+
+
+def agrees(table: xr.Dataset, level: float = 0.99, widen: float = 0.01,
+           column: str = "theory") -> xr.DataArray:
     """True where the theory lies in the `level` Wilson interval widened by `widen` on each side.
 
     The widening absorbs the documented O(h) step-size bias of the discrete model (docs/models.md
-    section 4: e.g. 0.035 at h = 0.01 against 0.042). False where there is no theory.
+    section 4: e.g. 0.035 at h = 0.01 against 0.042). False where there is no theory. `column`:
+    "theory" (t -> infinity) or "theory_t" (at the table's checkpoint).
     """
     lo, hi = wilson_interval(table.n_antipodal, table.n_traj, level)
-    inside = (table.theory >= lo - widen) & (table.theory <= hi + widen)
-    return inside & table.theory.notnull()
+    theory = table[column]
+    inside = (theory >= lo - widen) & (theory <= hi + widen)
+    return inside & theory.notnull()
 
 
 def any_antipodal_table(ds: xr.Dataset, eps: float | None = None, level: float = 0.95) -> xr.Dataset:

@@ -80,6 +80,24 @@ class Hybrid(Model):
                         beta[idx], sigma[idx], sweep.attention, int(d[idx]), rho0=given)
         return out
 
+    def finite_time_outcomes(self, sweep, cells: dict, t: float) -> np.ndarray:
+        """(P(antipodal), P(single), P(unresolved)) of two tokens at time t, shape (3, cells...),
+        from the backward equation (`theory_finite`); NaN where none applies or sigma = 0."""
+        from .. import theory_finite  # scipy: imported where a closed form is asked for
+
+        beta, d, _, mask = two_token_cells(cells)
+        sigma = np.broadcast_to(np.asarray(cells.get("sigma", np.nan), float), beta.shape)
+        rho0 = initial_overlap(sweep, cells, beta.shape)
+        out = np.full((3, *beta.shape), np.nan)
+        if sweep.attention in CLOSED_FORM_ATTENTIONS:
+            for idx in zip(*np.nonzero(mask & (sigma > 0))):
+                given = None if rho0 is None else float(rho0[idx])
+                if given is None or np.isfinite(given):
+                    out[(slice(None), *idx)] = theory_finite.hybrid_outcomes(
+                        float(t), float(beta[idx]), float(sigma[idx]), sweep.attention, int(d[idx]),
+                        sweep.eps, given)
+        return out
+
     def threshold_curves(self, sweep, beta: np.ndarray) -> list:
         """(label, matplotlib style, sigma values) of the noise thresholds over beta."""
         from .. import theory  # scipy: imported where a closed form is asked for

@@ -179,6 +179,24 @@ class StochasticTransformer(Model):
                     out[idx] = theory.antipodal_probability_given_overlap(rho0[idx], beta[idx], int(d[idx]))
         return out
 
+    def finite_time_outcomes(self, sweep, cells: dict, t: float) -> np.ndarray:
+        """(P(antipodal), P(single), P(unresolved)) of two tokens at time t, shape (3, cells...):
+        the backward Kolmogorov equation of the limit diffusion (`theory_finite`); NaN where the
+        closed form does not apply."""
+        from .. import theory_finite  # scipy: imported where a closed form is asked for
+
+        beta, d, _, mask = two_token_cells(cells)
+        rho0 = initial_overlap(sweep, cells, beta.shape)
+        out = np.full((3, *beta.shape), np.nan)
+        if sweep.attention in CLOSED_FORM_ATTENTIONS and sweep.closed_form_applies:
+            for idx in zip(*np.nonzero(mask)):
+                given = None if rho0 is None else float(rho0[idx])
+                if given is None or np.isfinite(given):
+                    out[(slice(None), *idx)] = theory_finite.stochastic_outcomes(
+                        float(t), float(beta[idx]), int(d[idx]), sweep.attention, sweep.eps, given,
+                        sweep.value_std)
+        return out
+
     def critical_beta(self, sweep, d) -> float:
         """beta_c(d): -1 attracts above it (-inf for d = 2, where both ends always attract)."""
         from .. import theory  # scipy: imported where a closed form is asked for

@@ -7,7 +7,7 @@
   (n, sigma, ...) become facets.
 * `heatmap_section`: P(antipodal) over (beta, sigma) with the model's `threshold_curves` over it.
 * `step_bias_section` (a `layers` grid axis only): P(antipodal) against h = T / layers per cell,
-  the closed form beside it (the h -> 0 limit): the O(h) bias and its trend in one sweep.
+  its h -> 0 extrapolation (`analysis.step_bias`) and the theory at t and at t = infinity beside it.
 * `any_pair_section` (n > 2 only): P(at least one antipodal pair) against beta per n and its
   persistence over the checkpoints ([F26] Figs. 6-7).
 
@@ -24,6 +24,7 @@ import xarray as xr
 
 from ..analysis.antipodal import agrees, antipodal_table, any_antipodal_table
 from ..analysis.stats import chi_square_summary, closed_form
+from ..analysis.step_bias import zero_step_table
 from ..plugin import Part, ReportInput
 from .figures import N_DENSE, facets, figure_title, panels, plt, save, scalar, subplots, with_dims
 from .page import fmt, row_order, rows_table
@@ -40,8 +41,10 @@ def markdown_table(table: xr.Dataset, level: float = 0.95) -> str:
     table = table.sortby(dims).transpose(*dims)
     agree = agrees(table, AGREE_LEVEL, AGREE_WIDEN).transpose(*dims).values
     judged = (table.theory.notnull() & (table.n_traj > 0)).values  # a flag needs a theory and data
+    agree_t = agrees(table, AGREE_LEVEL, AGREE_WIDEN, "theory_t").transpose(*dims).values
     head = dims + ["N", "p_antipodal", f"{level:.0%} Wilson", "theory", "z", "unresolved",
-                   "nonfinite", f"agrees ({AGREE_LEVEL:.0%} ± {AGREE_WIDEN})"]
+                   "nonfinite", f"agrees ({AGREE_LEVEL:.0%} ± {AGREE_WIDEN})", "theory (t)", "z (t)",
+                   "unresolved (theory, t)", "agrees (t)"]
     rows = []
     for idx in np.ndindex(table.n_traj.shape):
         cell = table[{dim: i for dim, i in zip(dims, idx)}]
@@ -51,7 +54,9 @@ def markdown_table(table: xr.Dataset, level: float = 0.95) -> str:
             str(N), fmt(float(cell.p_antipodal)),
             f"[{fmt(float(cell.lo))}, {fmt(float(cell.hi))}]", fmt(float(cell.theory)),
             fmt(float(cell.z), 2), fmt(unresolved), str(int(cell.n_nonfinite)),
-            ("yes" if agree[idx] else "no") if judged[idx] else "n/a"])
+            ("yes" if agree[idx] else "no") if judged[idx] else "n/a",
+            fmt(float(cell.theory_t)), fmt(float(cell.z_t), 2), fmt(float(cell.unresolved_t)),
+            ("yes" if agree_t[idx] else "no") if np.isfinite(float(cell.theory_t)) and N else "n/a"])
     return rows_table(head, rows)
 
 
@@ -77,6 +82,12 @@ def probability_section(report: ReportInput) -> Part:
         f"the {AGREE_LEVEL:.0%} Wilson interval widened by {AGREE_WIDEN} on each side. The widening "
         "allows for the documented O(h) step-size bias of the discrete model against the limit SDE "
         "(docs/models.md section 4), and near beta_c for the slow convergence at finite T.", "",
+        f"**At the checkpoint t = {table.attrs['t']:g}**: {int(agrees(table, AGREE_LEVEL, AGREE_WIDEN, 'theory_t').sum())} "
+        f"of {int((table.theory_t.notnull() & (table.n_traj > 0)).sum())} cells agree with `theory (t)`, the "
+        "class probabilities at t of the limit diffusion (backward Kolmogorov equation, docs/models.md "
+        "section 4.5), which also predicts the unresolved fraction; the figure shades the band "
+        "[theory (t), theory (t) + unresolved (theory, t)] in which the trajectories unresolved at t "
+        "may still put the eventual P(antipodal).", "",
         "## Chi-square summary", "",
         f"sum z^2 = {chi['chi2']:.2f} over {chi['dof']} cells (dof = {chi['dof']}), "
         f"p-value = {fmt(chi['p_value'], 3)}.", "",
@@ -153,6 +164,11 @@ def plot_antipodal_vs_beta(table: xr.Dataset, path) -> str:
                 value = scalar(cell, name, None)
                 if value is not None:
                     cells[name] = np.full(dense.shape, value)
+            at_t, band = (np.ravel(cell[v].values) for v in ("theory_t", "unresolved_t"))
+            if np.isfinite(at_t).any():  # the finite-t curve at the grid's betas, with its band
+                b = np.ravel(cell.beta.values)
+                ax.plot(b, at_t, ":", color=colour, lw=1.2, label=f"d = {d} (theory at t)")
+                ax.fill_between(b, at_t, at_t + band, color=colour, alpha=0.15, lw=0)
             curve = np.asarray(theory(cells), float)
             if np.isfinite(curve).any():
                 ax.plot(dense, curve, "-", color=colour, lw=1.2, label=f"d = {d} (theory)")
@@ -167,6 +183,8 @@ def plot_antipodal_vs_beta(table: xr.Dataset, path) -> str:
     what = f"P(antipodal) vs β, Wilson {level:.0%} intervals"
     if critical is not None:
         what += "; dashed: β_c(d) = arccosh(d-2)/2"
+    if np.isfinite(table.theory_t.values).any():
+        what += f"; dotted: theory at t = {attrs.get('t', np.nan):g}, shaded: + predicted unresolved"
     return save(fig, path, figure_title(attrs, what))
 
 
@@ -244,25 +262,36 @@ def step_bias_section(report: ReportInput) -> Part:
     others = [dim for dim in row_order(table.n_traj.dims) if dim != "layers"]
     table = table.sortby(others + ["layers"]).transpose(*others, "layers")
     hs = T / table.layers.values
-    head = others + [f"h = {h:.3g}" for h in hs] + ["theory (h → 0)"]
+    fit = zero_step_table(table, T, level=AGREE_LEVEL).transpose(*others)
+    head = others + [f"h = {h:.3g}" for h in hs] + [
+        f"h → 0, linear fit [{AGREE_LEVEL:.0%}]", "χ²/dof", f"h → 0, quadratic [{AGREE_LEVEL:.0%}]",
+        f"theory at t = {float(table.attrs.get('t', T)):g}", "theory (t → ∞)"]
     rows = []
     for idx in np.ndindex(*[table.sizes[dim] for dim in others]):
-        cell = table[dict(zip(others, idx))]
+        cell, f = table[dict(zip(others, idx))], fit[dict(zip(others, idx))]
         rows.append([f"{cell[dim].values.item():g}" for dim in others] + [
             f"{fmt(float(c.p_antipodal))} [{fmt(float(c.lo))}, {fmt(float(c.hi))}]"
-            for c in (cell.isel(layers=i) for i in range(len(hs)))] + [fmt(float(cell.theory.isel(layers=0)))])
-    figures = {"step_bias": plot_step_bias(table, hs, report.out / "step_bias.png")}
+            for c in (cell.isel(layers=i) for i in range(len(hs)))] + [
+            f"{fmt(float(f.p0))} [{fmt(float(f.lo))}, {fmt(float(f.hi))}]",
+            f"{fmt(float(f.chi2), 1)}/{int(f.dof)}" if np.isfinite(float(f.chi2)) else "—",
+            f"{fmt(float(f.p0_quad))} [{fmt(float(f.lo_quad))}, {fmt(float(f.hi_quad))}]",
+            fmt(float(f.theory_t)), fmt(float(cell.theory.isel(layers=0)))])
+    figures = {"step_bias": plot_step_bias(table, hs, report.out / "step_bias.png", fit)}
     lines = [
         "## P(antipodal) against the step h = T / layers", "",
-        f"Each row: one cell at every layer count ({level:.0%} Wilson intervals), the closed form "
-        "last (the limit SDE, h → 0). The discrete model's bias is O(h) (docs/models.md section 4). "
+        f"Each row: one cell at every layer count ({level:.0%} Wilson intervals), then the h → 0 "
+        "extrapolations (weighted least squares of p against h with binomial weights, linear and, as a "
+        "check, quadratic; χ² of the linear fit; docs/models.md section 4.6), the limit diffusion's "
+        "probability at this t (backward equation) and the closed form (t → ∞). The discrete model's "
+        "bias is O(h) (docs/models.md section 4). "
         "The header's layers and h are the spec's time.layers; each column has its own h.", "",
         rows_table(head, rows), "", "![step bias](step_bias.png)", ""]
     return Part(lines, figures)
 
 
-def plot_step_bias(table: xr.Dataset, hs, path) -> str:
-    """P(antipodal) vs h per cell (Wilson bars), the closed form drawn at h = 0; returns path."""
+def plot_step_bias(table: xr.Dataset, hs, path, fit: xr.Dataset | None = None) -> str:
+    """P(antipodal) vs h per cell (Wilson bars), the closed form drawn at h = 0 and the linear
+    extrapolation (`fit`, `zero_step_table`) with its interval; returns path."""
     others = [dim for dim in table.n_traj.dims if dim != "layers"]
     fig, axes = subplots(1, width=7.0)
     ax = axes[0]
@@ -275,10 +304,15 @@ def plot_step_bias(table: xr.Dataset, hs, path) -> str:
         ax.errorbar(hs, p, yerr=np.maximum([p - lo, hi - p], 0), fmt="o-", ms=4, capsize=2,
                     color=colour, label=label or None)
         ax.plot([0.0], [float(cell.theory.isel(layers=0))], "*", ms=10, color=colour)
+        if fit is not None:
+            f = fit[dict(zip(others, idx))]
+            ax.errorbar([0.0], [float(f.p0)], yerr=[[float(f.p0 - f.lo)], [float(f.hi - f.p0)]],
+                        fmt="D", ms=4, capsize=2, color=colour, alpha=0.6)
     ax.set(xlabel="step h = T / layers (time units)", ylabel="P(antipodal) (probability)",
            xlim=(-0.03 * max(hs), 1.03 * max(hs)))
     ax.grid(alpha=0.3)
     if len(ax.get_legend_handles_labels()[0]):
         ax.legend(fontsize=7, ncol=2)
     attrs = {k: v for k, v in table.attrs.items() if k != "layers"}  # h varies: not one h
-    return save(fig, path, figure_title(attrs, "P(antipodal) vs h; stars: closed form (h → 0)"))
+    return save(fig, path, figure_title(attrs, "P(antipodal) vs h; stars: closed form (h → 0), "
+                                        "diamonds: linear extrapolation"))
