@@ -19,7 +19,7 @@ from typing import Optional
 import typer
 
 from ..pipeline.boundary import OUTCOMES, Design, boundary_folder, boundary_search, check_request, \
-    default_axis
+    default_axis, describe
 from ..pipeline.spec import SpecError, load_sweep
 from ..pipeline.store import StoreError
 
@@ -73,6 +73,9 @@ def boundary(
         _fail(f"{err}; run the same command to resume", code=1)
     if as_json:
         typer.echo(json.dumps([r.record() for r in results], indent=1))
+    elif quiet:
+        for found in results:
+            typer.echo(describe(found, axis))
 
 
 def _runner(address: str):
