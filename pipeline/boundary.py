@@ -5,25 +5,32 @@ hybrid model) is assumed monotone on the searched range [x_lo, x_hi] (the spec's
 value of that axis). The search returns x* with P(x*) = p, as a bracket [low, high] that holds x*
 with probability >= `confidence`, narrowed until high - low <= `width`.
 
-**Design: noisy bisection with sequential Wilson tests.** A point x is *decided* when the Wilson
-interval of its k antipodal (say) of N trajectories lies wholly below p (sign -1) or above it
-(+1); otherwise it is undecided at this N. The bracket is the pair of adjacent decided points of
-opposite sign. A round looks at the bracket's midpoint; when the midpoint stays undecided (it lies
-within the noise band of the crossing) the next round looks at the two quarter points, and only
-when nothing inside the bracket can be decided does the trajectory count double (up to
-`max_trajectories`). Why this design:
+**Design: a shrinking bracket of sequential Wilson tests, new points placed where they decide.** A
+point x is *decided* when the Wilson interval of its k (say antipodal) of N trajectories lies wholly
+below p (sign -1) or above it (+1); otherwise it is undecided at this N. The bracket [a, b] is the
+pair of decided points of opposite sign next to each other. Each round fits a line, weighted by
+N, through the empirical probabilities of the points in [a, b] (its crossing x^ and slope P'),
+aims at a bracket SHRINK = 4 times narrower, but never narrower than the width: span s =
+max(width, (b - a) / 4), and looks at two new points x^ -+ 0.45 s, with the trajectory count
+raised (doubling from the spec's) to the N that decides a point at 0.45 s from the crossing,
+z sqrt(p (1 - p)) / (|P'| sqrt(N)) = 0.45 s. Both decided, the bracket is 0.9 s wide; one
+undecided, it still shrinks, and the next round re-aims. Before a slope is seen (both ends
+only), the round looks at the midpoint (bisection). When nothing planned can be decided at N, N
+doubles (up to `max_trajectories`). Why this design:
 
 * the cost of a round through the store is (points in the store) x N (`trajectories`: a grown
-  trajectory count is computed for every point), so the design that needs fewest points wins:
-  bisection halves the bracket with one point, the information-optimal rate for a sign query;
-* N grows only when the bracket can no longer shrink at the current N, i.e. when the bracket's
-  points lie within z sqrt(p(1-p)/N) / |P'| of x*: the final N is about what deciding points at
-  distance width/2 needs, the same N a dense grid of spacing `width` needs at its two points
-  next to x*. A dense grid pays it at (x_hi - x_lo) / width + 1 points, the search at about
-  log2((x_hi - x_lo) / width) + 2 (plus a few quarter points): `benchmarks/bench_boundary.py`;
-* no shape of P is assumed (a logistic fit would be biased where P is not logistic, e.g. the linear
-  rise of P(antipodal) from beta_c): only monotonicity, and the interval is exact up to Wilson's
-  normal approximation.
+  trajectory count is computed for every point of the store), so the design must need few
+  points: two per round for a four-fold shrink, the rate of bisection (one point, two-fold);
+* pure bisection is a poor fit for a noisy sign: once the bracket is a few noise bands wide, its
+  midpoint falls inside the band around x* where nothing is decided at N, and each rescue (more
+  trajectories, quarter points) adds points. Placing the pair at a chosen distance from x^ with
+  the N that decides at that distance keeps points out of the band. The final N is about what
+  deciding points at width/2 needs, the N a dense grid of spacing `width` needs at its two points
+  next to x*; a dense grid pays it at (x_hi - x_lo) / width + 1 points, the search at about
+  2 + 2 log4((x_hi - x_lo) / width) (`benchmarks/bench_boundary.py`, docs/open-problems.md);
+* no shape of P is assumed for the interval (a logistic fit's interval would be biased where P
+  is not logistic, e.g. the linear rise of P(antipodal) from beta_c): the line only says where
+  to look, the interval rests on monotonicity and Wilson's normal approximation alone.
 
 **The interval.** Every look (a point tested at some N) is a one-sided test at level
 alpha / looks, alpha = 1 - confidence, looks = the budget of looks (`Design.looks`, default 64;
@@ -33,7 +40,8 @@ it holds x* with probability >= confidence. The one-sided test at alpha' is the 
 interval at level 1 - 2 alpha'.
 
 **The estimate** interpolates linearly between the empirical probabilities at the bracket's ends
-(clipped to the bracket; its midpoint when they are equal).
+(clipped to the bracket; its midpoint when they are equal). `trajectories` counts every trajectory
+the cell's store computed.
 
 **Determinism and resumption.** The search is a pure function of the counts it reads, and a look at
 (x, N) reads the first N trajectories of x only; a trajectory's numbers depend only on (seed, cell,
@@ -68,7 +76,7 @@ OUTCOMES = {
     "any_pair": "P(at least one antipodal pair): overlap_min <= -1 + eps",
 }
 SHRINK = 4  # each round aims at a bracket this many times narrower (never below the width)
-FINAL_SPAN = 0.9  # the final pair's distance, in widths: both decided, the bracket is narrower than asked
+FINAL_SPAN = 0.9  # the pair's distance, in spans: both decided, the bracket is narrower than aimed at
 KEY_DIGITS = 9  # design points are rounded to this many decimals: stable keys and spec values
 
 Counts = dict[float, tuple[int, int]]  # x -> (k, N): k of the first N trajectories show the outcome
@@ -131,7 +139,6 @@ def search(evaluate: Evaluate, start: list[float], n0: int, design: Design,
     out = Boundary(dict(coords or {}), None, None, None, design.level)
     signs: dict[float, int] = {}
     looked: dict[float, int] = {}  # x -> the N of its last look
-    misses: dict[float, int] = {}  # x -> how many looks left it undecided
     counts: dict[float, tuple[int, int]] = {}
     n = n0
 
@@ -142,8 +149,6 @@ def search(evaluate: Evaluate, start: list[float], n0: int, design: Design,
             out.looks.append((x, n, k, s))
             if s:
                 signs[x] = s
-            else:
-                misses[x] = misses.get(x, 0) + 1
 
     def budget_left(count: int) -> bool:
         return len(out.looks) + count <= design.looks
@@ -170,7 +175,7 @@ def search(evaluate: Evaluate, start: list[float], n0: int, design: Design,
             n = _count_for(slope, n, design, FINAL_SPAN * span / 2)
             plan = _final_pair(x_hat, a, b, FINAL_SPAN * span)
         else:  # no slope seen yet: bisection
-            plan = _candidates(a, b, inside, misses, 1)
+            plan = _candidates(a, b, inside)
         fresh = [x for x in plan if looked.get(x) != n]
         if not fresh:  # nothing planned can be decided at this N
             if 2 * n > design.max_trajectories:
@@ -230,12 +235,10 @@ def _bracket(signs: dict[float, int], low_sign: int) -> tuple[float, float]:
     return a, b
 
 
-def _candidates(a: float, b: float, inside: set[float], misses: dict[float, int],
-                patience: int) -> list[float]:
-    """The midpoint of the bracket; the quarter points too once the midpoint stayed undecided at
-    `patience` trajectory counts."""
+def _candidates(a: float, b: float, inside: set[float]) -> list[float]:
+    """The midpoint of the bracket; the quarter points too once it is undecided."""
     mid = _key((a + b) / 2)
-    if mid not in inside or misses[mid] < patience:
+    if mid not in inside:
         return [mid]
     return [mid, _key(a + (b - a) / 4), _key(a + 3 * (b - a) / 4)]
 

@@ -18,7 +18,8 @@ import pytest
 from scipy.optimize import brentq
 
 from tokensweep.pipeline import theory
-from tokensweep.pipeline.boundary import Design, search
+from tokensweep.pipeline.boundary import Design, check_request, search
+from tokensweep.pipeline.spec import SpecError, parse_sweep
 
 from conftest import TOKENSWEEP
 
@@ -67,18 +68,26 @@ def test_no_crossing_in_the_range_is_reported():
 
 @pytest.mark.parametrize("args, field", [
     (["--level", "1.5"], "--level"),
-    (["--level", "0"], "--level"),
     (["--level", "0.1", "--width", "0"], "--width"),
-    (["--level", "0.1", "--width", "-1"], "--width"),
     (["--level", "0.1", "--axis", "sigma"], "--axis"),
-    (["--level", "0.1", "--outcome", "cats"], "--outcome"),
-    (["--level", "0.1", "--width", "10"], "--width"),
 ])
 def test_bad_requests_exit_2_with_one_line(cli, write_spec, tiny_spec, tmp_path, args, field):
     result = cli("boundary", write_spec(tiny_spec), *args, "--store", tmp_path / "b")
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and field in result.stderr
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("update, option", [
+    ({"level": 0.0}, "--level"), ({"level": 1.0}, "--level"), ({"width": -1.0}, "--width"),
+    ({"width": 10.0}, "--width"), ({"confidence": 1.0}, "--confidence"),
+    ({"max_trajectories": 1}, "--max-trajectories")])
+def test_check_request_names_the_option(tiny_spec, update, option):
+    sweep = parse_sweep(tiny_spec)
+    with pytest.raises(SpecError, match=f"^{option}: "):
+        check_request(sweep, "beta", "antipodal", Design(**{"level": 0.1, "width": 0.1, **update}))
+    with pytest.raises(SpecError, match="^--outcome: "):
+        check_request(sweep, "beta", "cats", Design(level=0.1, width=0.1))
 
 
 def test_a_single_beta_value_is_refused(cli, write_spec, tiny_spec):

@@ -1,0 +1,94 @@
+"""The adaptive boundary search against a dense grid reaching the same interval width, in one run.
+
+Both run through the real sweep flow (Prefect + a local Dask cluster) into stores, on the same
+model, seed and level: two tokens, d = 5, P(antipodal) crossing 0.1 along beta in [0.5, 4.5]
+(closed-form crossing 1.251; T = 10, h = 0.02, the same discrete model for both).
+
+* adaptive: `pipeline.boundary.boundary_search`, to width W; cost = points x trajectories of its
+  store;
+* dense: beta on a grid of spacing W / 2 (so spacing W is its every other point), grown in
+  trajectories until a grid reaches an interval of width <= W with the same decision rule
+  (`boundary.sign`, each point a one-sided test at alpha / points: the union bound over the
+  grid's points); cost = the cheapest (points x trajectories) of spacing W or W / 2 that gets
+  there, read from prefixes of the one dense store (trajectory j is the same in both).
+
+    python benchmarks/bench_boundary.py [--width 0.125]
+
+Prints both intervals, both costs and their ratio, the wall times and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tokensweep.flows.boundary import _local_cluster, _runner
+from tokensweep.pipeline import theory
+from tokensweep.pipeline.boundary import Design, StoreEvaluate, boundary_search, sign
+from tokensweep.pipeline.spec import parse_sweep
+
+LEVEL, D, LO, HI = 0.1, 5, 0.5, 4.5
+SPEC = {"name": "bench-boundary", "model": "stochastic_transformer", "attention": "sa",
+        "grid": {"beta": [LO, HI], "d": D, "n": 2}, "time": {"T": 10.0, "layers": 500},
+        "trajectories": 800, "partition_traj": 800, "seed": 20261125}
+
+
+def dense_interval(counts: dict, design: Design) -> float:
+    """Width of the dense grid's interval: adjacent decided points of opposite sign."""
+    xs = sorted(counts)
+    signs = {x: sign(*counts[x], design) for x in xs}
+    above = [x for x in xs if signs[x] == 1]
+    if signs[xs[0]] != -1 or not above:
+        return np.inf
+    b = min(above)
+    return b - max(x for x in xs if signs[x] == -1 and x < b)
+
+
+def main(width: float, workers: int | None) -> None:
+    from scipy.optimize import brentq
+
+    truth = brentq(lambda b: theory.antipodal_probability(b, D) - LEVEL, 0.9, 3.0)
+    folder = Path(tempfile.mkdtemp(prefix="bench-boundary-"))
+    sweep = parse_sweep({**SPEC, "store": str(folder / "spec.zarr")})
+    with _local_cluster(workers) as address:
+        run = _runner(address)
+        t0 = time.perf_counter()
+        found, = boundary_search(sweep, Design(level=LEVEL, width=width), run, folder=folder / "adaptive")
+        t_adaptive = time.perf_counter() - t0
+        fine = np.round(np.arange(LO, HI + width / 4, width / 2), 9).tolist()
+        dense = StoreEvaluate(sweep.model_copy(update={"partition_traj": 3200}), "beta",
+                              {"d": D, "n": 2}, "antipodal", folder / "dense.zarr", run)
+        best, n, t0 = None, 800, time.perf_counter()
+        while best is None and n <= 4 * found.max_n:
+            counts = dense(fine, max(n, 3200))
+            for grid in (fine[::2], fine):
+                design = Design(level=LEVEL, width=width, looks=len(grid))
+                prefix = dense.count(grid, n)
+                if dense_interval(prefix, design) <= width + 1e-9:
+                    cost = len(grid) * n
+                    best = cost if best is None else min(best, cost)
+            n *= 2
+        t_dense = time.perf_counter() - t0
+    print(f"closed-form crossing (h -> 0, T = inf): {truth:.4f}")
+    print(f"adaptive: [{found.low:.4f}, {found.high:.4f}] (estimate {found.estimate:.4f}), "
+          f"{found.points} points x {found.max_n} = {found.trajectories} trajectories, {t_adaptive:.0f} s")
+    if best is None:
+        print(f"dense: width {width} not reached by {len(fine)} points x {n // 2} trajectories "
+              f"({len(fine) * (n // 2)}): ratio > {len(fine) * (n // 2) / found.trajectories:.1f}")
+    else:
+        print(f"dense: {best} trajectories reach width {width} ({t_dense:.0f} s to compute the "
+              f"dense store); ratio dense / adaptive = {best / found.trajectories:.1f}")
+    print(f"load average: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=float, default=0.125)
+    parser.add_argument("--workers", type=int, default=None)
+    args = parser.parse_args()
+    main(args.width, args.workers)
