@@ -16,7 +16,8 @@ model, seed and level: two tokens, d = 5, P(antipodal) crossing 0.1 along beta i
   from the level, and are charged at the full count all the same (a dense grid computes every
   point at its count). The far points decide nothing about the interval's width.
 
-    python benchmarks/bench_boundary.py [--width 0.125]
+    python benchmarks/bench_boundary.py [--width 0.125] [--folder DIR]
+    python benchmarks/bench_boundary.py --closed-form-draws 8    # the same on exact draws, 8 seeds
 
 Prints both intervals, both costs and their ratio, the wall times and the load average.
 """
@@ -33,7 +34,7 @@ import numpy as np
 
 from tokensweep.flows.boundary import _local_cluster, _runner
 from tokensweep.pipeline import theory
-from tokensweep.pipeline.boundary import Design, StoreEvaluate, boundary_search, sign
+from tokensweep.pipeline.boundary import Design, StoreEvaluate, boundary_search, search, sign
 from tokensweep.pipeline.spec import parse_sweep
 
 LEVEL, D, LO, HI = 0.1, 5, 0.5, 4.5
@@ -96,10 +97,45 @@ def main(width: float, workers: int | None, folder: str | None) -> None:
     print(f"load average: {os.getloadavg()[0]:.1f}")
 
 
+def closed_form_draws(width: float, seeds: int) -> None:
+    """The same comparison on exact Bernoulli draws from the limit's closed form, over seeds: the
+    spread of the ratio that one real run samples once. Dense: spacing W or W / 2, counts
+    800 x 2^k up to 2^15, the cheapest that reaches the width."""
+    def draws(seed, x, n):
+        rng = np.random.default_rng([seed, int(round(x * 1e9))])
+        return rng.random(n) < theory.antipodal_probability(x, D)
+
+    ratios = []
+    for seed in range(seeds):
+        evaluate = lambda pts, n: {x: (int(draws(seed, x, n).sum()), n) for x in pts}  # noqa: E731
+        found = search(evaluate, [LO, HI], 800, Design(level=LEVEL, width=width))
+        dense = None
+        for spacing in (width, width / 2):
+            xs = np.round(np.arange(LO, HI + spacing / 2, spacing), 9).tolist()
+            full = {x: draws(seed, x, 2**15) for x in xs}
+            n = 800
+            while n <= 2**15:
+                counts = {x: (int(full[x][:n].sum()), n) for x in xs}
+                if dense_interval(counts, Design(level=LEVEL, width=width, looks=len(xs))) <= width + 1e-9:
+                    dense = len(xs) * n if dense is None else min(dense, len(xs) * n)
+                    break
+                n *= 2
+        cost = found.points * found.max_n
+        ratios.append(dense / cost if dense else np.inf)
+        print(f"seed {seed}: adaptive {found.points} points x {found.max_n} = {cost}, "
+              f"[{found.low:.4f}, {found.high:.4f}]; dense {dense}; ratio {ratios[-1]:.1f}")
+    print(f"median ratio {np.median(ratios):.1f}, min {min(ratios):.1f}, max {max(ratios):.1f}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=float, default=0.125)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--folder", default=None, help="where the stores go (again: resume)")
+    parser.add_argument("--closed-form-draws", type=int, default=0, metavar="SEEDS",
+                        help="instead: the comparison on exact draws from the closed form")
     args = parser.parse_args()
-    main(args.width, args.workers, args.folder)
+    if args.closed_form_draws:
+        closed_form_draws(args.width, args.closed_form_draws)
+    else:
+        main(args.width, args.workers, args.folder)
