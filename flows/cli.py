@@ -677,6 +677,11 @@ def server_stop():
     typer.echo("stopped" if stop_server() else "no server started by tokensweep is running")
 
 
+from .boundary import boundary as _boundary  # noqa: E402 (the command's body is its own module)
+
+app.command()(_boundary)
+
+
 def main():
     """The `tokensweep` entry point: every error is one line on stderr, never a traceback."""
     try:

@@ -1,0 +1,141 @@
+"""The adaptive boundary search against a dense grid reaching the same interval width, in one run.
+
+Both run through the real sweep flow (Prefect + a local Dask cluster) into stores, on the same
+model, seed and level: two tokens, d = 5, P(antipodal) crossing 0.1 along beta in [0.5, 4.5]
+(closed-form crossing 1.251; T = 10, h = 0.02, the same discrete model for both).
+
+* adaptive: `pipeline.boundary.boundary_search`, to width W; cost = points x trajectories of its
+  store;
+* dense: beta on a grid of spacing W / 2 (so spacing W is its every other point), grown in
+  trajectories until a grid reaches an interval of width <= W with the same decision rule
+  (`boundary.sign`, each point a one-sided test at alpha / points: the union bound over the
+  grid's points); cost = the cheapest (points x trajectories) of spacing W or W / 2 that gets
+  there, read from prefixes of one dense store (trajectory j is the same in both). To keep the
+  run short, only the dense points within NEAR_WIDTHS widths of the crossing are computed at the
+  growing count; the others are computed at 3200 trajectories, where they are all decided far
+  from the level, and are charged at the full count all the same (a dense grid computes every
+  point at its count). The far points decide nothing about the interval's width.
+
+    python benchmarks/bench_boundary.py [--width 0.125] [--folder DIR]
+    python benchmarks/bench_boundary.py --closed-form-draws 8    # the same on exact draws, 8 seeds
+
+Prints both intervals, both costs and their ratio, the wall times and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tokensweep.flows.boundary import _local_cluster, _runner
+from tokensweep.pipeline import theory
+from tokensweep.pipeline.boundary import Design, StoreEvaluate, boundary_search, search, sign
+from tokensweep.pipeline.spec import parse_sweep
+
+LEVEL, D, LO, HI = 0.1, 5, 0.5, 4.5
+NEAR_WIDTHS = 4  # dense points this close to the crossing are computed at every count tried
+SPEC = {"name": "bench-boundary", "model": "stochastic_transformer", "attention": "sa",
+        "grid": {"beta": [LO, HI], "d": D, "n": 2}, "time": {"T": 10.0, "layers": 500},
+        "trajectories": 800, "partition_traj": 800, "seed": 20261125}
+
+
+def dense_interval(counts: dict, design: Design) -> float:
+    """Width of the dense grid's interval: adjacent decided points of opposite sign."""
+    xs = sorted(counts)
+    signs = {x: sign(*counts[x], design) for x in xs}
+    above = [x for x in xs if signs[x] == 1]
+    if signs[xs[0]] != -1 or not above:
+        return np.inf
+    b = min(above)
+    return b - max(x for x in xs if signs[x] == -1 and x < b)
+
+
+def main(width: float, workers: int | None, folder: str | None) -> None:
+    from scipy.optimize import brentq
+
+    truth = brentq(lambda b: theory.antipodal_probability(b, D) - LEVEL, 0.9, 3.0)
+    folder = Path(folder or tempfile.mkdtemp(prefix="bench-boundary-"))  # a folder again: resumes
+    sweep = parse_sweep({**SPEC, "store": str(folder / "spec.zarr")})
+    with _local_cluster(workers) as address:
+        run = _runner(address)
+        t0 = time.perf_counter()
+        found, = boundary_search(sweep, Design(level=LEVEL, width=width), run, folder=folder / "adaptive")
+        t_adaptive = time.perf_counter() - t0
+        fine = np.round(np.arange(LO, HI + width / 4, width / 2), 9).tolist()
+        near = [x for x in fine if abs(x - found.estimate) <= NEAR_WIDTHS * width]
+        far_store = StoreEvaluate(sweep.model_copy(update={"partition_traj": 3200}), "beta",
+                                  {"d": D, "n": 2}, "antipodal", folder / "dense.zarr", run)
+        near_store = StoreEvaluate(sweep.model_copy(update={"partition_traj": 3200}), "beta",
+                                   {"d": D, "n": 2}, "antipodal", folder / "dense-near.zarr", run)
+        t0 = time.perf_counter()
+        far = far_store([x for x in fine if x not in near], 3200)
+        best, n = None, 800
+        while best is None and n <= 4 * found.max_n:
+            near_store(near, max(n, 3200))
+            counts = {**far, **near_store.count(near, n)}
+            for grid in (fine[::2], fine):
+                design = Design(level=LEVEL, width=width, looks=len(grid))
+                if dense_interval({x: counts[x] for x in grid}, design) <= width + 1e-9:
+                    cost = len(grid) * n
+                    best = cost if best is None else min(best, cost)
+            n *= 2
+        t_dense = time.perf_counter() - t0
+    print(f"closed-form crossing (h -> 0, T = inf): {truth:.4f}")
+    print(f"adaptive: [{found.low:.4f}, {found.high:.4f}] (estimate {found.estimate:.4f}), "
+          f"{found.points} points x {found.max_n} = {found.trajectories} trajectories, {t_adaptive:.0f} s")
+    if best is None:
+        print(f"dense: width {width} not reached by {len(fine)} points x {n // 2} trajectories "
+              f"({len(fine) * (n // 2)}): ratio > {len(fine) * (n // 2) / found.trajectories:.1f}")
+    else:
+        print(f"dense: {best} trajectories reach width {width} ({t_dense:.0f} s to compute the "
+              f"dense stores); ratio dense / adaptive = {best / found.trajectories:.1f}")
+    print(f"load average: {os.getloadavg()[0]:.1f}")
+
+
+def closed_form_draws(width: float, seeds: int) -> None:
+    """The same comparison on exact Bernoulli draws from the limit's closed form, over seeds: the
+    spread of the ratio that one real run samples once. Dense: spacing W or W / 2, counts
+    800 x 2^k up to 2^15, the cheapest that reaches the width."""
+    def draws(seed, x, n):
+        rng = np.random.default_rng([seed, int(round(x * 1e9))])
+        return rng.random(n) < theory.antipodal_probability(x, D)
+
+    ratios = []
+    for seed in range(seeds):
+        evaluate = lambda pts, n: {x: (int(draws(seed, x, n).sum()), n) for x in pts}  # noqa: E731
+        found = search(evaluate, [LO, HI], 800, Design(level=LEVEL, width=width))
+        dense = None
+        for spacing in (width, width / 2):
+            xs = np.round(np.arange(LO, HI + spacing / 2, spacing), 9).tolist()
+            full = {x: draws(seed, x, 2**15) for x in xs}
+            n = 800
+            while n <= 2**15:
+                counts = {x: (int(full[x][:n].sum()), n) for x in xs}
+                if dense_interval(counts, Design(level=LEVEL, width=width, looks=len(xs))) <= width + 1e-9:
+                    dense = len(xs) * n if dense is None else min(dense, len(xs) * n)
+                    break
+                n *= 2
+        cost = found.points * found.max_n
+        ratios.append(dense / cost if dense else np.inf)
+        print(f"seed {seed}: adaptive {found.points} points x {found.max_n} = {cost}, "
+              f"[{found.low:.4f}, {found.high:.4f}]; dense {dense}; ratio {ratios[-1]:.1f}")
+    print(f"median ratio {np.median(ratios):.1f}, min {min(ratios):.1f}, max {max(ratios):.1f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=float, default=0.125)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--folder", default=None, help="where the stores go (again: resume)")
+    parser.add_argument("--closed-form-draws", type=int, default=0, metavar="SEEDS",
+                        help="instead: the comparison on exact draws from the closed form")
+    args = parser.parse_args()
+    if args.closed_form_draws:
+        closed_form_draws(args.width, args.closed_form_draws)
+    else:
+        main(args.width, args.workers, args.folder)
