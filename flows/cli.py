@@ -581,8 +581,7 @@ def report(
                                         "store under DIR (writing those missing or stale)",
                                         metavar="DIR", show_default="none: report STORE"),
 ):
-    """Write report.html (self-contained), report.md and the figures (empirical probabilities
-    against the closed forms); with --index DIR, the index of every store's report under DIR."""
+    """Write report.html (self-contained), report.md and the figures; --index DIR: every store's."""
     from ..pipeline.reading import store_path
     from ..pipeline.report import write_report
     from ..pipeline.report.index import write_index
