@@ -31,6 +31,8 @@ is refused (`spec_differences`).
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import time
 import warnings
@@ -373,15 +375,30 @@ def create_store(sweep: SweepBase, path: str | Path, attrs: dict | None = None) 
     ds = template(sweep)
     ds.attrs.update(attrs or {})
     encoding = ds.encoding.pop("tokensweep_chunks")
-    if not location.is_remote(path):
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+    if location.is_remote(path):
+        _write_metadata(ds, location.zarr_store(path), encoding)
+        return
+    # A local store appears whole or not at all: its metadata is written beside it and renamed
+    # into place, so a creation cut short (Ctrl-C) leaves no half store that later runs refuse.
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for old in path.parent.glob(f".{path.name}.creating-*"):  # a creation cut short (we hold the lock)
+        shutil.rmtree(old, ignore_errors=True)
+    staging = path.parent / f".{path.name}.creating-{os.getpid()}"
+    try:
+        _write_metadata(ds, str(staging), encoding)
+        os.rename(staging, path)  # fails if `path` holds anything: never replaces a store
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_metadata(ds: xr.Dataset, store, encoding: dict) -> None:
     # Metadata is final at creation (partitions only write chunks), so consolidating it now
     # is safe and lets `xr.open_zarr(path)` open the cube quietly in one call.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)
-        ds.to_zarr(location.zarr_store(path), mode="w-", compute=False, zarr_format=3,
-                   consolidated=True, encoding=encoding)
+        ds.to_zarr(store, mode="w-", compute=False, zarr_format=3, consolidated=True,
+                   encoding=encoding)
 
 
 def read_status(path: str | Path) -> np.ndarray:

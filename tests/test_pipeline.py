@@ -144,3 +144,24 @@ def test_partitions_never_compute_through_dask(tiny_spec, tmp_path):
         assert not run_partition(sweep, store, 0).skipped
         assert run_partition(sweep, store, 0).skipped
         assert read_status(store)[0] == DONE and len(pending_partitions(sweep, store)) == 11
+
+
+def test_a_creation_cut_short_leaves_no_half_store(tiny_spec, tmp_path, monkeypatch):
+    from tokensweep.pipeline import store as store_module
+
+    sweep, path = parse_sweep(tiny_spec), tmp_path / "cube.zarr"
+    real = store_module._write_metadata
+
+    def interrupted(*args, **kwargs):  # the metadata is written, then Ctrl-C before it is in place
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store_module, "_write_metadata", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_store(sweep, path)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(store_module, "_write_metadata", real)
+    (tmp_path / ".cube.zarr.creating-999999").mkdir()  # what a SIGKILL mid-creation leaves
+    assert prepare_store(sweep, path) == "created"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cube.zarr"]
+    assert prepare_store(sweep, path) == "resumed" and (read_status(path) == PENDING).all()
