@@ -46,7 +46,7 @@ def boundary(
 ):
     """Locate, per value of the other axes, where P(outcome) crosses --level (beta, or sigma for
     the hybrid model), to --width, with a --confidence interval; resumable."""
-    from .cli import _fail, _logs_to
+    from .cli import _fail, _interrupted, _logs_to
 
     try:
         sweep = load_sweep(spec)
@@ -64,13 +64,15 @@ def boundary(
         with _logs_to(Path(f"{folder}.log"), verbose), _local_cluster(workers) as address:
             results = boundary_search(sweep, design, _runner(address), axis=axis, outcome=outcome,
                                       folder=folder, progress=say)
-    except KeyboardInterrupt:
-        typer.echo("interrupted: run the same command to resume", err=True)
-        raise typer.Exit(130)
     except (SpecError, StoreError) as err:
         _fail(str(err))
     except RuntimeError as err:  # partitions failed: the flow's message lists them
         _fail(f"{err}; run the same command to resume", code=1)
+    except (KeyboardInterrupt, Exception) as err:
+        if not _interrupted(err):
+            raise
+        typer.echo("interrupted: run the same command to resume", err=True)
+        raise typer.Exit(130)
     if as_json:
         typer.echo(json.dumps([r.record() for r in results], indent=1))
     elif quiet:

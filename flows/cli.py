@@ -282,15 +282,15 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
             summary = run_sweep(sweep.model_dump(mode="json"), sweep.store, workers=workers,
                                 scheduler=address or scheduler, failed_only=failed_only,
                                 progress=progress and not quiet and not verbose)
-    except KeyboardInterrupt:
-        typer.echo(f"interrupted: {_done(store)} of {total} partitions done; "
-                   "run the same command to resume", err=True)
-        raise typer.Exit(130)
     except (SpecError, StoreError, JobqueueError) as err:  # or a job the batch system refused
         _fail(str(err))
     except RuntimeError as err:  # partitions failed: the message lists them
         _fail(f"{err}{details}", code=1)
-    except Exception as err:
+    except (KeyboardInterrupt, Exception) as err:
+        if _interrupted(err):
+            typer.echo(f"interrupted: {_done(store)} of {total} partitions done; "
+                       "run the same command to resume", err=True)
+            raise typer.Exit(130)
         _fail(f"the sweep stopped: {type(err).__name__}: {_first_line(err)}; {_done(store)} of "
               f"{total} partitions done{details}; run the same command to resume", code=1)
     if quiet:
@@ -305,6 +305,13 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
 def _one_of_quiet_verbose(quiet: bool, verbose: bool) -> None:
     if quiet and verbose:
         _fail("give either -q/--quiet or -v/--verbose, not both")
+
+
+def _interrupted(err: BaseException) -> bool:
+    """Ctrl-C: a KeyboardInterrupt, or one pydantic-core wrapped because it struck inside a
+    serializer function (it turns whatever such a function raises into its own error)."""
+    return isinstance(err, KeyboardInterrupt) or (
+        type(err).__name__ == "PydanticSerializationError" and "KeyboardInterrupt" in str(err))
 
 
 def _first_line(err: BaseException) -> str:

@@ -121,10 +121,14 @@ def test_small_entry_runs_and_reports(name, dask_cluster, tmp_path, monkeypatch)
     assert re.search(r"^\| .+ \|$", text, re.M), f"{name}: no table in the report"
     for heading in expected_sections(sweep):
         assert heading in text, f"{name}: the report lacks {heading!r}"
+    figures = {key: path for key, path in paths.items() if path.endswith(".png")}
     for figure, path in paths.items():
+        assert Path(path).stat().st_size > 100, (name, figure)
+    for figure, path in figures.items():
         assert Path(path).stat().st_size > 1000, (name, figure)
-        if figure != "report":
-            assert f"({Path(path).name})" in text, (name, figure)
+        assert f"({Path(path).name})" in text, (name, figure)
+    page = Path(paths["html"]).read_text()  # the self-contained page embeds every figure
+    assert page.count('src="data:image/png;base64,') >= len(figures) > 0, name
     if "## Chi-square summary" in expected_sections(sweep):  # the agreement with the closed form
         assert re.search(r"\| theory \| z \|.*\| agrees \(", text), f"{name}: no agreement table"
         cells = re.search(r"sum z\^2 = [\d.]+ over (\d+) cells \(dof = \d+\), p-value = (\S+)\.", text)

@@ -244,3 +244,23 @@ def test_ctrl_c_exits_130_with_one_resume_line_and_the_same_command_resumes(
     assert (read_status(store) == DONE).all()
     log = Path(f"{store}.log").read_text()
     assert log.count("\n=== ") == 2 and "INFO" in log  # both runs' headers and their logs
+
+
+def test_ctrl_c_inside_a_pydantic_serializer_counts_as_ctrl_c():
+    # pydantic-core turns whatever a serializer function raises, KeyboardInterrupt included, into
+    # its own error: a Ctrl-C striking while a spec is dumped must still exit 130 with the resume line
+    from pydantic import BaseModel, model_serializer
+
+    from tokensweep.flows.cli import _interrupted
+
+    class Struck(BaseModel):
+        @model_serializer
+        def _ser(self):
+            raise KeyboardInterrupt
+
+    try:
+        Struck().model_dump()
+    except BaseException as err:  # noqa: B036 (the point of the test)
+        wrapped = err
+    assert type(wrapped).__name__ == "PydanticSerializationError" and _interrupted(wrapped)
+    assert _interrupted(KeyboardInterrupt()) and not _interrupted(ValueError("KeyboardInterrupt"))
