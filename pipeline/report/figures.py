@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import textwrap
 
 import matplotlib
 
@@ -84,6 +85,9 @@ def scalar(sub: xr.Dataset, name: str, default):
 
 
 def save(fig, path, title) -> str:
+    # wrapped to the figure's width (about 13 characters per inch at 10 pt), never cut at its edges
+    width = max(20, int(fig.get_figwidth() * 13))
+    title = "\n".join(textwrap.fill(line, width) for line in str(title).splitlines())
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
