@@ -158,7 +158,7 @@ def parts() -> None:
     store = FOLDER / "tiny.zarr"
     if store.is_dir():
         took = in_fresh_process(PARTS_CODE.format(body=(
-            "from tokensweep.flows.sweep import report_dir\nfrom tokensweep.pipeline.report import "
+            "from tokensweep.pipeline.location import report_dir\nfrom tokensweep.pipeline.report import "
             f"write_report\nfrom tokensweep.pipeline.store import open_cube\nt0 = time.perf_counter()\n"
             f"ds = open_cube({str(store)!r})\nwrite_report(ds, report_dir({str(store)!r}))\n"
             "took = {'s': time.perf_counter() - t0}")))

@@ -61,12 +61,8 @@ def report_task(store: str) -> dict:
     from ..pipeline.report import write_report
 
     with open_cube(store) as ds:
-        paths = write_report(ds, report_dir(store))
+        paths = write_report(ds, location.report_dir(store))
     return {k: str(v) for k, v in paths.items()}
-
-
-def report_dir(store: str | Path) -> Path:
-    return location.report_dir(store)
 
 
 @flow(name="sweep", flow_run_name="{spec[name]} @ {store}")

@@ -132,14 +132,20 @@ def attention(x, g, beta, kind, ahat, logscale, w):
             wij = 1.0 if e == 0.0 else np.exp(e)  # exp(0) = 1: collapsed tokens skip the call
             w[i, j] = wij
             total += wij
-        _combine(w, i, x, jmax, ahat)
-        if kind == USA:
-            logscale[i] = mi - log_n
-        else:
-            inv = 1.0 / total
-            for k in range(d):
-                ahat[i, k] *= inv
-            logscale[i] = 0.0
+        finish_row(w, i, x, jmax, total, mi, kind, log_n, ahat, logscale)
+
+
+@njit(nogil=True, cache=True)
+def finish_row(w, i, x, jmax, total, mi, kind, log_n, ahat, logscale):
+    """Row i from its weights w[i, :jmax] (summing to total) and max logit mi: Ahat_i, c_i."""
+    _combine(w, i, x, jmax, ahat)
+    if kind == USA:
+        logscale[i] = mi - log_n
+    else:
+        inv = 1.0 / total
+        for k in range(x.shape[1]):
+            ahat[i, k] *= inv
+        logscale[i] = 0.0
 
 
 @njit(nogil=True, cache=True)

@@ -14,7 +14,7 @@ from numba import njit
 
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 from . import observables
-from .attention import CAUSAL_SA, USA, _combine, attention, gram, normalize_rows, scaled_step, uniform_start
+from .attention import CAUSAL_SA, attention, finish_row, gram, normalize_rows, scaled_step, uniform_start
 from .fast_exp import HEAD, TAIL, exp_array
 from .outcomes import carry_forward, finish_trajectory, record_overlaps, resolved_for
 from .stochastic_options import bilinear_logits
@@ -52,14 +52,7 @@ def attention_fast(x, g, beta, kind, ahat, logscale, w, expo, tail_work, head_wo
         total = 0.0
         for j in range(jmax):
             total += w[i, j]
-        _combine(w, i, x, jmax, ahat)
-        if kind == USA:
-            logscale[i] = logscale[i] - log_n
-        else:
-            inv = 1.0 / total
-            for k in range(d):
-                ahat[i, k] *= inv
-            logscale[i] = 0.0
+        finish_row(w, i, x, jmax, total, logscale[i], kind, log_n, ahat, logscale)
 
 
 @njit(nogil=True, cache=True)

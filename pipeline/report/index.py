@@ -1,5 +1,5 @@
 """The index of many reports: `write_index(DIR)` finds every tokensweep store under DIR, writes the
-report of each that has none or whose store was written since (`report_dir(STORE)`, the default
+report of each that has none or whose store was written since (`location.report_dir(STORE)`, the default
 folder `STORE.report`), and writes DIR/index.html: one row per store with its name, model, cells
 done, agreement summary and warnings, linking its report.html.
 
@@ -20,12 +20,7 @@ from ..provenance import code_version
 from ..store import StoreError, open_cube, stored_sweep
 from .html import render_page
 
-__all__ = ["write_index", "find_stores", "report_dir"]
-
-
-def report_dir(store) -> Path:
-    """Where `tokensweep report STORE` (and a finished run) writes the report: STORE.report."""
-    return location.report_dir(store)
+__all__ = ["write_index", "find_stores"]
 
 
 def find_stores(root) -> list[Path]:
@@ -55,10 +50,10 @@ def _summary(store: Path, level: float) -> dict:
     """The store's report summary, writing the report first when it is missing or stale."""
     from .page import write_report
 
-    path = report_dir(store) / "summary.json"
+    path = location.report_dir(store) / "summary.json"
     if not path.is_file() or path.stat().st_mtime < _newest_write(store):
         with open_cube(store) as ds:
-            write_report(ds, report_dir(store), level)
+            write_report(ds, location.report_dir(store), level)
     return json.loads(path.read_text())
 
 
@@ -76,7 +71,7 @@ def write_index(root, level: float = 0.95) -> Path:
             "name": summary["name"], "model": summary["model"], "cells_done": summary["cells_done"],
             "cells": summary["cells"], "agreement": agreement.get("text"),
             "warnings": summary.get("warnings", []),
-            "href": (report_dir(store) / summary.get("html", "report.html")).relative_to(root).as_posix(),
+            "href": (location.report_dir(store) / summary.get("html", "report.html")).relative_to(root).as_posix(),
             "store": store.relative_to(root).as_posix()})
     index = root / "index.html"
     index.write_text(render_page("index.html", root=str(root), entries=entries, version=code_version(),
