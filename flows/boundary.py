@@ -84,7 +84,9 @@ def _runner(address: str):
     def run(sweep) -> None:
         from .run import run_sweep
 
-        run_sweep(sweep.model_dump(mode="json"), sweep.store, scheduler=address, progress=False)
+        # no report per round: the search reads the counts itself, and a report costs seconds
+        run_sweep(sweep.model_dump(mode="json"), sweep.store, scheduler=address, progress=False,
+                  report=False)
     return run
 
 

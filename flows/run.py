@@ -198,8 +198,9 @@ def prepare_environment(scheduler: str | None) -> str:
 
 def run_sweep(spec: dict, store: str, *, workers: int | None = None, scheduler: str | None = None,
               scheduler_file: str | None = None, failed_only: bool = False,
-              progress: bool = True) -> dict:
-    """Run the sweep flow against one Prefect server (started here if none is configured)."""
+              progress: bool = True, report: bool = True) -> dict:
+    """Run the sweep flow against one Prefect server (started here if none is configured);
+    `report=False` skips the report (the rounds of `tokensweep boundary`)."""
     scheduler = resolve_scheduler(scheduler, scheduler_file)
     api_url = prepare_environment(scheduler)
     with contextlib.ExitStack() as stack:
@@ -209,8 +210,9 @@ def run_sweep(spec: dict, store: str, *, workers: int | None = None, scheduler: 
 
         from .sweep import sweep_flow
 
-        preimport_report(spec)  # after Prefect's imports: two threads never import one package
+        if report:
+            preimport_report(spec)  # after Prefect's imports: two threads never import one package
 
         with temporary_settings(updates={PREFECT_API_URL: api_url}):
             return sweep_flow.with_options(task_runner=runner)(
-                spec=spec, store=store, failed_only=failed_only, progress=progress)
+                spec=spec, store=store, failed_only=failed_only, progress=progress, report=report)

@@ -66,9 +66,11 @@ def report_task(store: str) -> dict:
 
 
 @flow(name="sweep", flow_run_name="{spec[name]} @ {store}")
-def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool = True) -> dict:
+def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool = True,
+               report: bool = True) -> dict:
     """Run every partition of `spec` that `store` does not hold yet (or only the failed
-    ones), then report. Safe to retry: done partitions are never recomputed."""
+    ones), then report (unless `report` is False: a round of a search, whose caller reads the
+    store). Safe to retry: done partitions are never recomputed."""
     logger = get_run_logger()
     sweep = parse_sweep(spec, store=store)
     with flow_lock(store):  # before the store is created or grown: two new runs never collide
@@ -91,7 +93,8 @@ def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool
             f"rerun the same command (or Retry the flow run) to redo only those:\n  "
             + "\n  ".join(failed)
         )
-    summary["report"] = report_task(store)
+    if report:
+        summary["report"] = report_task(store)
     return summary
 
 
