@@ -36,15 +36,20 @@ __all__ = ["antipodal_table", "agrees", "any_antipodal_table", "CLASS_UNRESOLVED
 
 CLASS_UNRESOLVED, CLASS_SINGLE, CLASS_ANTIPODAL = 0, 1, 2
 
+# The finite-t theory solves one backward equation per cell (~20-90 ms each): beyond this many
+# cells a table leaves it out (NaN, and attrs["finite_t"] says why) unless finite_t="all".
+FINITE_T_MAX_CELLS = 1000
+
 
 def antipodal_table(ds: xr.Dataset, t=None, level: float = 0.95, theory=None,
-                    finite_t: bool = True) -> xr.Dataset:
+                    finite_t: bool | str = True) -> xr.Dataset:
     """Counts, probabilities, Wilson intervals, theory and z-scores per grid cell.
 
     ``ds`` holds ``cluster_class`` (int8 over grid dims, t, traj), optionally ``nonfinite`` (bool
     over grid dims, traj). ``t`` picks the checkpoint (nearest; default: the last one). ``theory``:
     cells -> P(antipodal) (default: the cube's model's closed form). ``finite_t``: add the model's
-    finite-t class probabilities (theory_t, single_t, unresolved_t, z_t; NaN where none). Works
+    finite-t class probabilities (theory_t, single_t, unresolved_t, z_t; NaN where none), for at
+    most ``FINITE_T_MAX_CELLS`` cells unless ``finite_t="all"``. Works
     on lazy (dask) cubes: the reductions are xarray sums over ``traj``, computed once at the end.
     """
     if "cluster_class" not in ds:
@@ -84,8 +89,8 @@ def antipodal_table(ds: xr.Dataset, t=None, level: float = 0.95, theory=None,
         table["z"] = ((table.p_antipodal - p_th) / np.sqrt(p_th * (1 - p_th) / N)).where(~degenerate)
 
     t_value = float(cc["t"]) if "t" in cc.coords else np.nan
-    _add_finite_t(table, ds, t_value if finite_t else np.nan)
-    table.attrs = {**ds.attrs, "level": level, "t": t_value}
+    note = _add_finite_t(table, ds, t_value if finite_t else np.nan, finite_t == "all")
+    table.attrs = {**ds.attrs, "level": level, "t": t_value, **({"finite_t": note} if note else {})}
     for name, text in [("n_traj", "finite trajectories with a class"), ("p_antipodal", "P(antipodal)"),
                        ("lo", f"Wilson {level:.0%} lower bound"), ("hi", f"Wilson {level:.0%} upper bound"),
                        ("theory", "closed-form P(antipodal) (t -> infinity)"), ("z", "standardised residual"),
@@ -97,11 +102,17 @@ def antipodal_table(ds: xr.Dataset, t=None, level: float = 0.95, theory=None,
     return table
 
 
-def _add_finite_t(table: xr.Dataset, ds: xr.Dataset, t: float) -> None:
-    """theory_t, single_t, unresolved_t and z_t (NaN without a model form or a finite t)."""
+def _add_finite_t(table: xr.Dataset, ds: xr.Dataset, t: float, every_cell: bool) -> str:
+    """theory_t, single_t, unresolved_t and z_t (NaN without a model form or a finite t, or
+    beyond FINITE_T_MAX_CELLS cells unless every_cell): returns why they are NaN, or ""."""
     shape = table.n_traj.shape
     probs = np.full((3, *shape), np.nan)
     form = closed_form(ds, "finite_time_outcomes") if np.isfinite(t) else None
+    note = ""
+    if form is not None and table.n_traj.size > FINITE_T_MAX_CELLS and not every_cell:
+        form, note = None, (f"not computed: {table.n_traj.size} cells, more than {FINITE_T_MAX_CELLS} "
+                            "backward-equation solves of ~50 ms each; antipodal_table(ds, "
+                            "finite_t='all') computes them")
     if form is not None:
         probs = np.broadcast_to(np.asarray(form(cells_of(table, table.coords, table.n_traj), t), float),
                                 probs.shape)
@@ -111,6 +122,7 @@ def _add_finite_t(table: xr.Dataset, ds: xr.Dataset, t: float) -> None:
     degenerate = (p_th <= 0) | (p_th >= 1) | p_th.isnull() | (N == 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         table["z_t"] = ((table.p_antipodal - p_th) / np.sqrt(p_th * (1 - p_th) / N)).where(~degenerate)
+    return note
 
 
 def agrees(table: xr.Dataset, level: float = 0.99, widen: float = 0.01,
