@@ -39,6 +39,7 @@ from .models import get_model
 from .recording import declared_outputs
 from .plan import Plan
 from .spec import SweepBase
+from .failures import recorded_errors
 from .store import DONE, FAILED, clear_error, store_batch_shape, write_error
 from .testing import fault_injector
 
@@ -80,7 +81,7 @@ class _BatchWriter:
 
     def _selection(self, dims) -> tuple[slice, ...]:
         """The batch's region of a variable over `dims` (raw zarr indexing, no decoding)."""
-        axes = list(self.sweep.axes)
+        axes = list(self.plan.axes)
         blocks = self.region[-1]
         pt, ntraj = self.sweep.partition_traj, self.sweep.trajectories
         out = []
@@ -131,6 +132,7 @@ class _BatchWriter:
             self.values["started"][self._local(index)] = now
         self._write("started")
         failures, last_flush, dirty = [], time.monotonic(), False
+        self.recorded = recorded_errors(self.store)  # records of earlier failures, to clear
         for index in todo:
             result = self._run_one(index, host)
             dirty = True
@@ -166,7 +168,8 @@ class _BatchWriter:
             self._set_status(local, FAILED, started, time.time())
             return f"partition {index} ({label}): {describe_failure(exc)}"
         finished = time.time()
-        clear_error(self.store, index)
+        if index in self.recorded:
+            clear_error(self.store, index)
         self._set_status(local, DONE, started, finished)
         return PartitionResult(index, label, skipped=False, seconds=finished - started,
                                nonfinite=int(np.count_nonzero(outputs.get("nonfinite", 0))),
@@ -181,7 +184,7 @@ class _BatchWriter:
         """Put a partition's outputs at its place in the batch's arrays: the values
         `store.partition_dataset` holds, transposed to the store's dimension order in numpy
         (an xarray Dataset per partition cost more than a trivial partition's kernel)."""
-        axes = list(self.sweep.axes)
+        axes = list(self.plan.axes)
         offset = part.traj_start - self.region[-1].start * self.sweep.partition_traj
         traj = slice(offset, offset + part.traj_stop - part.traj_start)
         for name, spec in self.declared.items():

@@ -36,6 +36,13 @@ def clear_error(path: str | Path, index: int) -> None:
     location.delete(_record(path, index))
 
 
+def recorded_errors(path: str | Path) -> set[int]:
+    """The partitions that have a record: one listing, where a batch of trivial partitions
+    would otherwise pay a delete (a request, on an object store) per partition."""
+    names = location.listdir(errors_dir(path))
+    return {int(name[:-5]) for name in names if name.endswith(".json") and name[:-5].isdigit()}
+
+
 def read_error(path: str | Path, index: int) -> dict | None:
     try:
         return json.loads(location.read_text(_record(path, index)))

@@ -162,6 +162,20 @@ def create_exclusive(target, text: str) -> None:
         f.write(text)
 
 
+def listdir(target) -> list[str]:
+    """The names in a folder (or under a prefix); [] when there is none."""
+    if not is_remote(target):
+        try:
+            return os.listdir(local_path(target))
+        except FileNotFoundError:
+            return []
+    fs, path = filesystem(target)
+    try:
+        return [name.rstrip("/").rsplit("/", 1)[-1] for name in fs.ls(path, detail=False)]
+    except FileNotFoundError:
+        return []
+
+
 def delete(target) -> None:
     """Remove a file or object; nothing there is fine."""
     if not is_remote(target):

@@ -62,8 +62,12 @@ class Plan:
     sweep: SweepBase
 
     @cached_property  # the spec builds its axes on every access: a batch asks per partition
+    def axes(self) -> dict[str, tuple]:
+        return self.sweep.axes
+
+    @cached_property
     def grid_shape(self) -> tuple[int, ...]:
-        return tuple(len(v) for v in self.sweep.axes.values())
+        return tuple(len(v) for v in self.axes.values())
 
     @cached_property
     def n_blocks(self) -> int:
@@ -94,16 +98,16 @@ class Plan:
 
     def coords(self, part: Partition) -> dict[str, float | int]:
         """The parameter values of a partition's cell, by axis name."""
-        return {name: values[i] for (name, values), i in zip(self.sweep.axes.items(), part.cell)}
+        return {name: values[i] for (name, values), i in zip(self.axes.items(), part.cell)}
 
     def region(self, part: Partition) -> dict[str, slice]:
         """Where the partition's outputs go in the store (one chunk of each variable)."""
-        region = {name: slice(i, i + 1) for name, i in zip(self.sweep.axes, part.cell)}
+        region = {name: slice(i, i + 1) for name, i in zip(self.axes, part.cell)}
         region["traj"] = slice(part.traj_start, part.traj_stop)
         return region
 
     def status_region(self, part: Partition) -> dict[str, slice]:
-        region = {name: slice(i, i + 1) for name, i in zip(self.sweep.axes, part.cell)}
+        region = {name: slice(i, i + 1) for name, i in zip(self.axes, part.cell)}
         region["block"] = slice(part.block, part.block + 1)
         return region
 
