@@ -1,9 +1,10 @@
 """The Prefect ``sweep`` flow: wiring only, every step is one pipeline call.
 
 validate -> lock -> prepare store (create, resume or grow) -> plan -> one task per
-partition not yet done, or, for a batched store (more than a few thousand partitions), one task
-per batch holding such partitions (`pipeline/batch.py`) (on whatever
-task runner the caller chose, a DaskTaskRunner by default) -> report. Tasks are
+partition not yet done, or, for a batched store (more than a few thousand partitions), tasks
+of consecutive batches holding such partitions (`pipeline/batch.py`), about TASKS_PER_WORKER
+per worker of the cluster (on whatever task runner the caller chose, a DaskTaskRunner by
+default) -> report. Tasks are
 idempotent (the store's status decides), so a rerun of the flow, from the CLI or the
 UI's Retry, only computes partitions that are not done. Tasks neither cache nor persist
 results (``cache_policy=NONE``): a cached "done" could outlive the store it describes,
@@ -15,13 +16,15 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
+from prefect.context import FlowRunContext
 from prefect.futures import as_completed
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..pipeline import location
-from ..pipeline.batch import run_batch
+from ..pipeline.batch import run_batches
 from ..pipeline.execute import pending_partitions, run_partition
 from ..pipeline.plan import Plan
 from ..pipeline.spec import parse_sweep
@@ -30,6 +33,11 @@ from ..pipeline.store import (FAILED, open_cube, prepare_store, read_status, rec
 from .flow_lock import flow_lock
 
 PARTITION_RETRIES = 2
+# A large sweep's batches go to about this many tasks per worker thread: enough for the workers
+# to finish together, few enough that Prefect's cost per task (API calls, ~0.1 s) stays small
+# against the kernels (10^5 trivial partitions were 500 tasks of one batch each).
+TASKS_PER_WORKER = 8
+WORKERS_UNKNOWN = 8  # assumed when the cluster has no worker yet (an adaptive one, starting)
 
 
 @task(
@@ -52,8 +60,8 @@ def partition_task(spec: dict, store: str, index: int, label: str) -> dict:
     cache_policy=NONE,
     persist_result=False,
 )
-def batch_task(spec: dict, store: str, batch: int, label: str, failed_only: bool) -> list[dict]:
-    return [asdict(r) for r in run_batch(parse_sweep(spec), store, batch, failed_only)]
+def batch_task(spec: dict, store: str, batches: list[int], label: str, failed_only: bool) -> list[dict]:
+    return [asdict(r) for r in run_batches(parse_sweep(spec), store, batches, failed_only)]
 
 
 @task(name="report", cache_policy=NONE)
@@ -106,13 +114,28 @@ def _submit(spec: dict, store: str, plan: Plan, todo: list[int], failed_only: bo
         futures = {i: partition_task.submit(spec, store, i, plan.label(plan[i])) for i in todo}
         return {f.task_run_id: (f, f"partition {i} ({plan.label(plan[i])})", 1)
                 for i, f in futures.items()}
+    groups = plan.batches_of(todo, shape)
+    batches = list(groups)
     tasks = {}
-    for batch, members in plan.batches_of(todo, shape).items():
-        first, last = plan[int(members[0])], plan[int(members[-1])]
-        label = f"batch {batch}: {plan.label(first)} .. {plan.label(last)} ({len(members)})"
-        future = batch_task.submit(spec, store, batch, label, failed_only)
-        tasks[future.task_run_id] = (future, label, len(members))
+    for share in np.array_split(np.arange(len(batches)), min(len(batches), _task_count())):
+        members = [groups[batches[i]] for i in share]
+        first, last = plan[int(members[0][0])], plan[int(members[-1][-1])]
+        count = sum(len(m) for m in members)
+        which = f"batch {batches[share[0]]}" + (f"..{batches[share[-1]]}" if len(share) > 1 else "")
+        label = f"{which}: {plan.label(first)} .. {plan.label(last)} ({count})"
+        future = batch_task.submit(spec, store, [batches[i] for i in share], label, failed_only)
+        tasks[future.task_run_id] = (future, label, count)
     return tasks
+
+
+def _task_count() -> int:
+    """How many tasks a batched sweep's batches are spread over: TASKS_PER_WORKER per worker
+    thread the flow's Dask cluster has now (WORKERS_UNKNOWN when it has none, or no client)."""
+    try:
+        threads = sum(FlowRunContext.get().task_runner.client.nthreads().values())
+    except Exception:  # another task runner, or a cluster not reachable yet
+        threads = 0
+    return TASKS_PER_WORKER * (threads or WORKERS_UNKNOWN)
 
 
 def _run_partitions(spec: dict, store: str, plan: Plan, todo: list[int], progress: bool,

@@ -63,6 +63,21 @@ def run_batch(sweep: SweepBase, store: str | Path, batch: int, failed_only: bool
     return _BatchWriter(sweep, plan, str(store), batch, shape).run(failed_only, flush_seconds)
 
 
+def run_batches(sweep: SweepBase, store: str | Path, batches, failed_only: bool = False
+                ) -> list[PartitionResult]:
+    """`run_batch` for each of `batches` in turn (one task's share of a large sweep): every
+    batch runs even if one fails; then a BatchError naming all failed partitions."""
+    results, failures = [], []
+    for batch in batches:
+        try:
+            results += run_batch(sweep, store, int(batch), failed_only)
+        except BatchError as err:
+            failures.append(str(err))
+    if failures:
+        raise BatchError("; ".join(failures))
+    return results
+
+
 class _BatchWriter:
     """The in-memory copy of one batch's region of every variable, flushed whole."""
 

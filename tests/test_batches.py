@@ -232,3 +232,55 @@ def test_batched_flow_with_a_failure_resumes(low_threshold, reference_store, pre
     assert "computed 1 of 18 partitions" in fixed.stdout, fixed.stdout
     assert (read_status(store) == DONE).all()
     assert_same_numbers(store, reference_store)
+
+
+def test_one_task_runs_several_batches_and_names_every_failure(low_threshold, reference_store,
+                                                               tmp_path, monkeypatch):
+    """`run_batches` (a task's share of a large sweep) runs every batch even when one fails,
+    then raises naming the failed partition; the retry of the share redoes only it."""
+    monkeypatch.setattr(plan_module, "MAX_BATCHES", 6)  # 18 partitions -> batches of 3
+    sweep, store = batched_store(tmp_path)
+    batches = list(Plan(sweep).batches_of(range(18), store_batch_shape(store)))
+    assert len(batches) == 6
+    monkeypatch.setattr(batch_module, "_inject_fault", lambda index: index == 4 and 1 / 0)
+    with pytest.raises(BatchError, match="partition 4 .*ZeroDivisionError"):
+        batch_module.run_batches(sweep, store, batches)
+    status = read_status(store)
+    assert status[4] == FAILED and (np.delete(status, 4) == DONE).all()
+    monkeypatch.setattr(batch_module, "_inject_fault", None)
+    results = batch_module.run_batches(sweep, store, batches)
+    assert [r.index for r in results if not r.skipped] == [4]
+    assert_same_numbers(store, reference_store)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_flow_spreads_batches_over_a_few_tasks_per_worker(low_threshold, reference_store,
+                                                          prefect_server, tmp_path, monkeypatch):
+    """The sweep flow on a real 2-worker LocalCluster gives a batched store's 6 batches to
+    TASKS_PER_WORKER (1 here) x 2 workers = 2 tasks; the cube equals the unbatched one."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from tokensweep.flows import sweep as sweep_module
+    from tokensweep.flows.run import run_sweep
+
+    monkeypatch.setattr(plan_module, "MAX_BATCHES", 6)
+    monkeypatch.setattr(sweep_module, "TASKS_PER_WORKER", 1)
+    sweep, store = batched_store(tmp_path)
+    state = run_sweep(sweep.model_dump(mode="json"), str(store), workers=2, progress=False,
+                      report=False)
+    assert state["computed"] == 18 and (read_status(store) == DONE).all()
+    assert_same_numbers(store, reference_store)
+
+    async def batch_task_names():
+        async with get_client() as client:
+            flow_runs = await client.read_flow_runs(limit=1, sort="START_TIME_DESC")
+            runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(
+                id=FlowRunFilterId(any_=[flow_runs[0].id])))
+            return sorted(r.name for r in runs if r.name.startswith("batch"))
+
+    names = asyncio.run(batch_task_names())
+    assert len(names) == 2 and all(".." in name.split(":")[0] for name in names), names
