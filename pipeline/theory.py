@@ -230,7 +230,7 @@ def antipodal_probability(beta, d: int):
     return out.reshape(b.shape) if b.ndim else float(out[0])
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=2**20)  # a report asks twice per cell; grids reach 10^6 cells
 def _antipodal_probability_scalar(beta: float, d: int) -> float:
     if np.isnan(beta):
         return np.nan

@@ -155,10 +155,17 @@ def any_pair_section(report: ReportInput) -> Part:
     return Part(lines, figures)
 
 
+MAX_CURVES = 10  # d values drawn per panel (one colour each); more would be unreadable
+
+
 def plot_antipodal_vs_beta(table: xr.Dataset, path) -> str:
-    """P(antipodal) vs beta with Wilson bars, dense theory curves and critical betas; returns path."""
+    """P(antipodal) vs beta with Wilson bars, dense theory curves and critical betas; returns path.
+    At most MAX_CURVES values of d, evenly spread over the grid's (the table has them all)."""
     table = with_dims(table, ("beta", "d"))
     attrs = table.attrs
+    all_d = table.d.size
+    if all_d > MAX_CURVES:
+        table = table.isel(d=np.unique(np.linspace(0, all_d - 1, MAX_CURVES).round().astype(int)))
     theory = closed_form(table, "antipodal_probability")
     critical = closed_form(table, "critical_beta")
     panels_ = list(facets(table, ("beta", "d")))
@@ -201,6 +208,8 @@ def plot_antipodal_vs_beta(table: xr.Dataset, path) -> str:
         ax.legend(fontsize=7, ncol=2)
     level = attrs.get("level", 0.95)
     what = f"P(antipodal) vs β, Wilson {level:.0%} intervals"
+    if all_d > MAX_CURVES:
+        what += f" ({MAX_CURVES} of {all_d} values of d)"
     if critical is not None:
         what += "; dashed: β_c(d) = arccosh(d-2)/2"
     if np.isfinite(table.theory_t.values).any():
