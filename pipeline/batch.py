@@ -36,10 +36,10 @@ import zarr
 from . import location
 from .execute import PartitionResult, describe_failure, run_partition, simulate_partition
 from .models import get_model
-from .recording import declared_outputs
-from .plan import Plan
-from .spec import SweepBase
 from .failures import recorded_errors
+from .plan import Plan
+from .recording import declared_outputs
+from .spec import SweepBase
 from .store import DONE, FAILED, clear_error, store_batch_shape, write_error
 from .testing import fault_injector
 
@@ -56,21 +56,22 @@ def run_batch(sweep: SweepBase, store: str | Path, batch: int, failed_only: bool
               flush_seconds: float = FLUSH_SECONDS) -> list[PartitionResult]:
     """Compute and store the partitions of `batch` that are not done (only the failed ones
     with failed_only), flushing whole chunks; raises BatchError if any failed."""
-    plan = Plan(sweep)
+    return run_batches(sweep, store, [batch], failed_only, flush_seconds)
+
+
+def run_batches(sweep: SweepBase, store: str | Path, batches, failed_only: bool = False,
+                flush_seconds: float = FLUSH_SECONDS) -> list[PartitionResult]:
+    """`run_batch` for each of `batches` in turn (one task's share of a large sweep), on one
+    opening of the store: every batch runs even if one fails; then a BatchError naming all
+    failed partitions."""
     shape = store_batch_shape(store)
     if math.prod(shape) == 1:  # one chunk per partition: the layout of every small store
-        return [run_partition(sweep, store, batch)]
-    return _BatchWriter(sweep, plan, str(store), batch, shape).run(failed_only, flush_seconds)
-
-
-def run_batches(sweep: SweepBase, store: str | Path, batches, failed_only: bool = False
-                ) -> list[PartitionResult]:
-    """`run_batch` for each of `batches` in turn (one task's share of a large sweep): every
-    batch runs even if one fails; then a BatchError naming all failed partitions."""
+        return [run_partition(sweep, store, int(batch)) for batch in batches]
+    opened = _OpenStore(sweep, str(store))
     results, failures = [], []
     for batch in batches:
         try:
-            results += run_batch(sweep, store, int(batch), failed_only)
+            results += _BatchWriter(opened, int(batch), shape).run(failed_only, flush_seconds)
         except BatchError as err:
             failures.append(str(err))
     if failures:
@@ -78,18 +79,29 @@ def run_batches(sweep: SweepBase, store: str | Path, batches, failed_only: bool 
     return results
 
 
-class _BatchWriter:
-    """The in-memory copy of one batch's region of every variable, flushed whole."""
+class _OpenStore:
+    """What every batch of a task reads once: the plan, the declared outputs, the zarr arrays
+    (an opening costs milliseconds, a trivial batch's whole kernel time is ~0.1 s) and the
+    records of earlier failures."""
 
-    def __init__(self, sweep: SweepBase, plan: Plan, store: str, batch: int, shape: tuple[int, ...]):
-        self.sweep, self.plan, self.store = sweep, plan, store
-        self.region = plan.batch_region(batch, shape)  # over (grid axes..., block)
-        self.partitions = plan.batch_partitions(batch, shape)
+    def __init__(self, sweep: SweepBase, store: str):
+        self.sweep, self.store, self.plan = sweep, store, Plan(sweep)
         group = zarr.open_group(location.zarr_store(store), mode="r+",
                                 use_consolidated=location.consolidated(store))
         self.declared = declared_outputs(get_model(sweep.model), sweep)
+        self.arrays = {name: group[name] for name in (*self.declared, "started", "finished", "status")}
+        self.recorded = recorded_errors(store)  # records of earlier failures, to clear
+
+
+class _BatchWriter:
+    """The in-memory copy of one batch's region of every variable, flushed whole."""
+
+    def __init__(self, opened: _OpenStore, batch: int, shape: tuple[int, ...]):
+        self.sweep, self.plan, self.store = opened.sweep, opened.plan, opened.store
+        self.region = self.plan.batch_region(batch, shape)  # over (grid axes..., block)
+        self.partitions = self.plan.batch_partitions(batch, shape)
+        self.declared, self.arrays, self.recorded = opened.declared, opened.arrays, opened.recorded
         self.outputs = list(self.declared)
-        self.arrays = {name: group[name] for name in (*self.outputs, "started", "finished", "status")}
         self.selection = {name: self._selection(array.metadata.dimension_names)
                           for name, array in self.arrays.items()}
         self.values = {"status": self._read("status")}
@@ -147,7 +159,6 @@ class _BatchWriter:
             self.values["started"][self._local(index)] = now
         self._write("started")
         failures, last_flush, dirty = [], time.monotonic(), False
-        self.recorded = recorded_errors(self.store)  # records of earlier failures, to clear
         for index in todo:
             result = self._run_one(index, host)
             dirty = True
