@@ -44,8 +44,9 @@ def boundary(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the result"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="show Prefect's and Dask's logs"),
 ):
-    """Locate, per value of the other axes, where P(outcome) crosses --level (beta, or sigma for
-    the hybrid model), to --width, with a --confidence interval; resumable."""
+    """Locate where P(outcome) crosses --level along beta (sigma: hybrid), per other-axes value.
+
+    To --width, with a --confidence interval; resumable."""
     from .cli import _fail, _interrupted, _logs_to
 
     try:

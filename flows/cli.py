@@ -17,69 +17,28 @@ line saying how far the sweep got; running the same command resumes it.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import typer
 
 from ..pipeline import location
-from ..pipeline.scales import scales_of
-from ..pipeline.spec import CATALOG, SpecError, estimated_store_bytes, format_bytes, load_sweep, read_spec
-from ..pipeline.store import DONE, FAILED, PENDING, StoreError, spec_differences, stored_sweep, \
+from ..pipeline.spec import SpecError, load_sweep, read_spec
+from ..pipeline.store import DONE, FAILED, StoreError, spec_differences, stored_sweep, \
     NEW_STORE_HINT, read_status
+from .options import (AccountOpt, ClusterOpt, CoresOpt, JobsOpt, MemoryOpt, PartitionOpt,
+                      ProfileOpt, ProgressOpt, QueueOpt, QuietOpt, ScaleOpt, SchedulerFileOpt,
+                      SchedulerOpt, SpecArg, StoreArg, StoreOpt, VerboseOpt, WalltimeOpt, WorkersOpt)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Phase diagrams of token clustering in deep Transformers.")
 server_app = typer.Typer(help="The local Prefect server (UI at its URL without /api).")
 app.add_typer(server_app, name="server")
 
-# Defaults that are not plain values are shown with show_default: typer's help renders text
-# like "[default: x]" inside a help string as rich markup, i.e. drops it.
-StoreArg = typer.Argument(..., help="path or URL (s3://bucket/x.zarr) of a tokensweep zarr store",
-                          show_default=False)
-SpecArg = typer.Argument(..., help="YAML spec file, or the name of a catalog entry",
-                         show_default=False)
-StoreOpt = typer.Option(None, help="zarr store path, or URL (s3://bucket/x.zarr)",
-                        show_default="the spec's `store`")
-WorkersOpt = typer.Option(None, min=1, help="local Dask worker processes",
-                          show_default="one per core")
-ScaleOpt = typer.Option(None, help="small: the quick version (a minute or two on 2 cores); paper: the "
-                        "paper's sizes (the spec's `scales` block)", show_default="small")
-PartitionOpt = typer.Option(None, min=1, help="trajectories per partition",
-                            show_default="the spec's, or the existing store's")
-SchedulerOpt = typer.Option(None, help="address of an existing Dask scheduler (tcp://HOST:PORT)",
-                            show_default="a new local cluster")
-SchedulerFileOpt = typer.Option(None, help="scheduler file of an existing Dask cluster",
-                                show_default="a new local cluster")
-# A batch cluster (flows/jobqueue.py): options override the profile, which overrides jobqueue.yaml
-ClusterOpt = typer.Option(None, help="where the workers run: local, slurm or pbs (batch jobs "
-                          "through dask-jobqueue)", show_default="local, or the profile's")
-ProfileOpt = typer.Option(None, help="batch-cluster settings named NAME in dask's config, "
-                          "`tokensweep.clusters.NAME` (see docs/cluster.md)", show_default="none")
-QueueOpt = typer.Option(None, help="batch queue (SLURM partition)",
-                        show_default="the profile's, or the batch system's")
-AccountOpt = typer.Option(None, help="account the jobs are charged to",
-                          show_default="the profile's, or your default")
-WalltimeOpt = typer.Option(None, help="time limit of each job, e.g. 04:00:00",
-                           show_default="the profile's, or jobqueue.yaml's")
-MemoryOpt = typer.Option(None, help="memory of each job, e.g. 8GB",
-                         show_default="the profile's, or 2GiB per core")
-JobsOpt = typer.Option(None, min=1, help="worker jobs (fewer if fewer partitions are left)",
-                       show_default="the profile's, or 1")
-CoresOpt = typer.Option(None, min=1, help="cores per job, one single-threaded worker each",
-                        show_default="the profile's, or 1")
-ProgressOpt = typer.Option(True, help="show a progress bar over partitions")
-QuietOpt = typer.Option(False, "--quiet", "-q", help="print only errors")
-VerboseOpt = typer.Option(False, "--verbose", "-v",
-                          help="show Prefect's and Dask's logs here (instead of the progress bar) "
-                               "rather than only in STORE.log")
 
 
 def _fail(message: str, code: int = 2):
@@ -385,235 +344,6 @@ def rerun(
              failed_only=failed_only, progress=progress, quiet=quiet, verbose=verbose, batch=batch)
 
 
-# -- looking before running: catalog and plan ---------------------------------------------------
-
-def _catalog_claims() -> dict[str, str]:
-    """`name.yaml` -> its "paper, figure or claim" cell in catalog/README.md's table."""
-    try:
-        text = (CATALOG / "README.md").read_text(encoding="utf-8")
-    except OSError:
-        return {}
-    return {m[1]: m[2].strip() for m in re.finditer(r"^\| `([^`]+)` \|([^|]+)\|", text, re.M)}
-
-
-def _claim(path: Path, sweep, claims: dict[str, str]) -> str:
-    """What a catalog entry reproduces: its README row, else its first comment line or description."""
-    if path.name in claims:
-        return claims[path.name]
-    first = path.read_text(encoding="utf-8").splitlines()[:1]
-    if first and first[0].startswith("#"):
-        return first[0].lstrip("#").strip()
-    return " ".join(sweep.description.split())
-
-
-def _cost(sweep) -> str:
-    cells, traj, layers = sweep.n_cells, sweep.trajectories, sweep.time.layers
-    return f"{cells} cells x {traj} traj x {layers} layers = {cells * traj * layers:.2g}"
-
-
-@app.command()
-def catalog(scale: Optional[str] = ScaleOpt):
-    """List the catalog: name, model, cost (cells x trajectories x layers), figure or claim."""
-    claims = _catalog_claims()
-    for path in sorted(CATALOG.glob("*.yaml")):
-        if scale not in (None, "small") and scale not in scales_of(read_spec(path)):
-            continue  # no such size of this entry
-        try:
-            sweep = load_sweep(path, scale)
-        except SpecError as err:
-            typer.echo(f"{path.stem:22s} invalid: {err}")
-            continue
-        typer.echo(f"{path.stem:22s} {sweep.model:22s} {_cost(sweep):42s} {_claim(path, sweep, claims)}")
-
-
-def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
-    """Seconds per trajectory per layer in the sweep's first cell, on this core.
-
-    A warm-up call first (it compiles the kernel, or loads it from numba's cache), then a few
-    trajectories of the first partition over more and more layers (the spec's step h) until
-    one call takes `target_s` or covers every layer.
-    """
-    from ..pipeline.models import get_model
-    from ..pipeline.plan import Plan
-    from ..pipeline.seeds import trajectory_rngs
-
-    for key in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(key, "1")  # as on a worker: one thread per partition
-    model, plan = get_model(sweep.model), Plan(sweep)
-    part = plan[0]
-    coords = plan.coords(part)
-
-    def seconds(ntraj: int, layers: int) -> float:
-        short_time = sweep.time.model_copy(
-            update={"T": sweep.time.h * layers, "layers": layers, "checkpoints": 1})
-        short = sweep.model_copy(update={"time": short_time})
-        cell = {**coords, "layers": layers} if "layers" in coords else coords  # a layers axis
-        rngs = trajectory_rngs(sweep.seed, cell, range(ntraj))
-        start = time.perf_counter()
-        model.simulate(short, cell, rngs)
-        return time.perf_counter() - start
-
-    seconds(1, 1)
-    ntraj, layers = min(part.traj_stop - part.traj_start, 4), min(sweep.time.layers, 10)
-    while (elapsed := seconds(ntraj, layers)) < target_s and layers < sweep.time.layers:
-        layers = min(sweep.time.layers, layers * 10)
-    return elapsed / (ntraj * layers), plan.label(part)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1000:.2g} ms"
-    if seconds < 60:
-        return f"{seconds:.2g} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-@app.command()
-def plan(
-    spec: str = SpecArg,
-    store: Optional[str] = StoreOpt,
-    scale: Optional[str] = ScaleOpt,
-    partition_traj: Optional[int] = PartitionOpt,
-    workers: Optional[int] = WorkersOpt,
-    calibrate: bool = typer.Option(True, help="time a few trajectories of the first cell to "
-                                              "estimate the run time"),
-):
-    """What `run SPEC` would do (partitions, store size, time), computing and writing nothing."""
-    from ..pipeline.lock import describe_lock
-    from ..pipeline.plan import Plan
-
-    try:
-        sweep = resolve_run(spec, store, partition_traj, check_lock=False, scale=scale)
-    except (SpecError, StoreError) as err:
-        _fail(str(err))
-    partitions, todo = len(Plan(sweep)), _to_run(sweep)
-    size = estimated_store_bytes(sweep)
-    typer.echo(f"{sweep.name}: {sweep.model}, {sweep.n_cells} cells x {sweep.trajectories} "
-               f"trajectories x {sweep.time.layers} layers, {len(sweep.time.checkpoint_layers)} "
-               "checkpoints")
-    typer.echo(f"partitions: {partitions} of {sweep.partition_traj} trajectories, {todo} to run")
-    typer.echo(f"store: {sweep.store}: {size} bytes ({format_bytes(size)}) uncompressed")
-    lock = describe_lock(sweep.store)
-    if lock:
-        typer.echo(f"locked by {lock}")
-    if not calibrate:
-        return
-    if _kernels_cold():
-        typer.echo("compiling kernels (first run only) ...")
-    try:
-        per_layer, label = _calibrate(sweep)
-    except Exception as err:  # the kernel itself failed: say so in one line
-        _fail(f"the calibration run failed ({type(err).__name__}: {_first_line(err)}): "
-              "`tokensweep plan --no-calibrate` plans without timing", code=1)
-    n_workers = workers or os.cpu_count() or 1
-    layers = float(np.mean(sweep.axes.get("layers", sweep.time.layers)))  # a layers axis: its mean
-    per_partition = per_layer * layers * sweep.partition_traj
-    core = per_layer * layers * sweep.trajectories * sweep.n_cells * todo / partitions
-    wall = math.ceil(todo / n_workers) * per_partition
-    typer.echo(f"core time: ~{_duration(core)} ({per_layer * 1e6:.3g} us per trajectory and layer "
-               f"at {label}); wall time: ~{_duration(wall)} on {n_workers} local workers, plus the "
-               "start of the cluster and the report")
-
-
-# -- stores ----------------------------------------------------------------------------------
-
-@app.command()
-def unlock(store: str = StoreArg):
-    """Break the lock of STORE left by a sweep that died (check that none is running first)."""
-    store = location.normalised(store)  # a file:// URL is its path
-    from ..pipeline.lock import break_lock, is_running_here, lock_path, owner_text
-    from .flow_lock import mark_crashed
-
-    try:
-        if location.is_remote(store):
-            location.check_reachable(store)
-        found = location.exists(store) or location.exists(lock_path(store))
-    except StoreError as err:
-        _fail(str(err))
-    if not found:
-        _fail(f"no store at {store} and no lock beside it: check the path")
-    held = break_lock(store)
-    typer.echo(f"broke the lock held by {owner_text(held)}" if held is not None
-               else f"{store} was not locked")
-    if held and is_running_here(held):  # broken by hand: its flow run is not Crashed
-        typer.echo(f"warning: pid {held.get('pid')} is still running; stop it before another "
-                   "sweep writes this store", err=True)
-        return
-    crashed = mark_crashed(held) if held else None  # its flow run died with it
-    if crashed:
-        typer.echo(crashed)
-
-
-@app.command()
-def status(store: str = StoreArg):
-    """Partitions done / pending / failed; each failed one with its cell, block and error."""
-    store = location.normalised(store)  # a file:// URL is its path
-    from ..pipeline.lock import describe_lock
-    from ..pipeline.plan import Plan
-    from ..pipeline.store import read_error, read_partition_table
-
-    try:
-        sweep = stored_sweep(store)
-        flat = read_partition_table(store, "status")
-        started = read_partition_table(store, "started")
-    except StoreError as err:
-        _fail(str(err))
-    plan = Plan(sweep)
-    counts = {name: int((flat == code).sum()) for name, code in
-              (("done", DONE), ("pending", PENDING), ("failed", FAILED))}
-    typer.echo(f"{sweep.name}: {len(plan)} partitions: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
-    lock = describe_lock(store)
-    if lock:
-        typer.echo(f"  locked by {lock}")
-    unfinished = int(((flat == PENDING) & ~np.isnan(started)).sum())
-    if unfinished:
-        typer.echo(f"  {unfinished} pending partition(s) started but not finished "
-                   "(running now, or killed: a rerun redoes them)")
-    for index in (flat == FAILED).nonzero()[0]:
-        index = int(index)
-        record = read_error(store, index) or {}
-        error = record.get("error", "error not recorded").splitlines()[-1]
-        where = f" on {record['host']}" if record.get("host") else ""
-        typer.echo(f"  failed: partition {index} ({plan.label(plan[index])}){where}: {error}")
-
-
-@app.command()
-def report(
-    store: Optional[str] = typer.Argument(None, help="path of a tokensweep zarr store, or the name of "
-                                          "a catalog entry (its default store)", show_default=False),
-    out: Optional[str] = typer.Option(None, help="output folder", show_default="STORE.report"),
-    index: Optional[str] = typer.Option(None, help="write DIR/index.html linking the report of every "
-                                        "store under DIR (writing those missing or stale)",
-                                        metavar="DIR", show_default="none: report STORE"),
-):
-    """Write report.html (self-contained), report.md and the figures; --index DIR: every store's."""
-    from ..pipeline.reading import store_path
-    from ..pipeline.report import write_report
-    from ..pipeline.report.index import write_index
-    from ..pipeline.store import open_cube
-
-    if (store is None) == (index is None):
-        _fail("report: give either STORE (a store or a catalog name) or --index DIR, not both or neither")
-    try:
-        if index is not None:
-            typer.echo(f"index: {write_index(index)}")
-            return
-        store = location.normalised(store_path(location.normalised(store)))  # file:// URL: its path
-        stored_sweep(store)
-        flat = read_status(store)
-        with open_cube(store) as ds:
-            if (flat != DONE).any():
-                typer.echo(f"warning: {(flat != DONE).sum()} partitions not done; "
-                           "the report covers done partitions' cells only", err=True)
-            paths = write_report(ds, Path(out) if out else location.report_dir(store))
-    except (StoreError, SpecError) as err:
-        _fail(str(err))
-    for name, path in paths.items():
-        typer.echo(f"{name}: {path}")
-
-
 @app.command()
 def models():
     """List the models a spec can name."""
@@ -683,8 +413,16 @@ def server_stop():
     typer.echo("stopped" if stop_server() else "no server started by tokensweep is running")
 
 
-from .boundary import boundary as _boundary  # noqa: E402 (the command's body is its own module)
+# Commands whose bodies are modules of their own (they import the options above from here)
+from .boundary import boundary as _boundary  # noqa: E402
+from .looking import catalog as _catalog, plan as _plan  # noqa: E402
+from .stores import report as _report, status as _status, unlock as _unlock  # noqa: E402
 
+app.command(name="catalog")(_catalog)
+app.command(name="plan")(_plan)
+app.command(name="unlock")(_unlock)
+app.command(name="status")(_status)
+app.command(name="report")(_report)
 app.command()(_boundary)
 
 

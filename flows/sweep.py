@@ -14,7 +14,6 @@ and a retried flow run must ask the store again, never Prefect.
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 from prefect import flow, get_run_logger, task

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tokensweep.flows.cli import _catalog_claims
+from tokensweep.flows.looking import _catalog_claims
 from tokensweep.pipeline.scales import scales_of
 from tokensweep.pipeline.spec import load_sweep
 

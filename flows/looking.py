@@ -1,0 +1,152 @@
+"""`tokensweep catalog` and `tokensweep plan`: looking before running.
+
+`catalog` lists the ready-to-run specs with their cost and the figure or claim each reproduces
+(its row of catalog/README.md); `plan` says what `run` would do (partitions, store size, and
+the time, from a calibration run of a few trajectories of the first cell), writing nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+
+from ..pipeline.scales import scales_of
+from ..pipeline.spec import CATALOG, SpecError, estimated_store_bytes, format_bytes, load_sweep, read_spec
+from ..pipeline.store import StoreError
+from .options import PartitionOpt, ScaleOpt, SpecArg, StoreOpt, WorkersOpt
+
+
+def _catalog_claims() -> dict[str, str]:
+    """`name.yaml` -> its "paper, figure or claim" cell in catalog/README.md's table."""
+    try:
+        text = (CATALOG / "README.md").read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    return {m[1]: m[2].strip() for m in re.finditer(r"^\| `([^`]+)` \|([^|]+)\|", text, re.M)}
+
+
+def _claim(path: Path, sweep, claims: dict[str, str]) -> str:
+    """What a catalog entry reproduces: its README row, else its first comment line or description."""
+    if path.name in claims:
+        return claims[path.name]
+    first = path.read_text(encoding="utf-8").splitlines()[:1]
+    if first and first[0].startswith("#"):
+        return first[0].lstrip("#").strip()
+    return " ".join(sweep.description.split())
+
+
+def _cost(sweep) -> str:
+    cells, traj, layers = sweep.n_cells, sweep.trajectories, sweep.time.layers
+    return f"{cells} cells x {traj} traj x {layers} layers = {cells * traj * layers:.2g}"
+
+
+def catalog(scale: Optional[str] = ScaleOpt):
+    """List the catalog: name, model, cost (cells x trajectories x layers), figure or claim."""
+    claims = _catalog_claims()
+    for path in sorted(CATALOG.glob("*.yaml")):
+        if scale not in (None, "small") and scale not in scales_of(read_spec(path)):
+            continue  # no such size of this entry
+        try:
+            sweep = load_sweep(path, scale)
+        except SpecError as err:
+            typer.echo(f"{path.stem:22s} invalid: {err}")
+            continue
+        typer.echo(f"{path.stem:22s} {sweep.model:22s} {_cost(sweep):42s} {_claim(path, sweep, claims)}")
+
+
+def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
+    """Seconds per trajectory per layer in the sweep's first cell, on this core.
+
+    A warm-up call first (it compiles the kernel, or loads it from numba's cache), then a few
+    trajectories of the first partition over more and more layers (the spec's step h) until
+    one call takes `target_s` or covers every layer.
+    """
+    from ..pipeline.models import get_model
+    from ..pipeline.plan import Plan
+    from ..pipeline.seeds import trajectory_rngs
+
+    for key in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(key, "1")  # as on a worker: one thread per partition
+    model, plan = get_model(sweep.model), Plan(sweep)
+    part = plan[0]
+    coords = plan.coords(part)
+
+    def seconds(ntraj: int, layers: int) -> float:
+        short_time = sweep.time.model_copy(
+            update={"T": sweep.time.h * layers, "layers": layers, "checkpoints": 1})
+        short = sweep.model_copy(update={"time": short_time})
+        cell = {**coords, "layers": layers} if "layers" in coords else coords  # a layers axis
+        rngs = trajectory_rngs(sweep.seed, cell, range(ntraj))
+        start = time.perf_counter()
+        model.simulate(short, cell, rngs)
+        return time.perf_counter() - start
+
+    seconds(1, 1)
+    ntraj, layers = min(part.traj_stop - part.traj_start, 4), min(sweep.time.layers, 10)
+    while (elapsed := seconds(ntraj, layers)) < target_s and layers < sweep.time.layers:
+        layers = min(sweep.time.layers, layers * 10)
+    return elapsed / (ntraj * layers), plan.label(part)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.2g} ms"
+    if seconds < 60:
+        return f"{seconds:.2g} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def plan(
+    spec: str = SpecArg,
+    store: Optional[str] = StoreOpt,
+    scale: Optional[str] = ScaleOpt,
+    partition_traj: Optional[int] = PartitionOpt,
+    workers: Optional[int] = WorkersOpt,
+    calibrate: bool = typer.Option(True, help="time a few trajectories of the first cell to "
+                                              "estimate the run time"),
+):
+    """What `run SPEC` would do (partitions, store size, time), computing and writing nothing."""
+    from .cli import _fail, _first_line, _kernels_cold, _to_run, resolve_run
+    from ..pipeline.lock import describe_lock
+    from ..pipeline.plan import Plan
+
+    try:
+        sweep = resolve_run(spec, store, partition_traj, check_lock=False, scale=scale)
+    except (SpecError, StoreError) as err:
+        _fail(str(err))
+    partitions, todo = len(Plan(sweep)), _to_run(sweep)
+    size = estimated_store_bytes(sweep)
+    typer.echo(f"{sweep.name}: {sweep.model}, {sweep.n_cells} cells x {sweep.trajectories} "
+               f"trajectories x {sweep.time.layers} layers, {len(sweep.time.checkpoint_layers)} "
+               "checkpoints")
+    typer.echo(f"partitions: {partitions} of {sweep.partition_traj} trajectories, {todo} to run")
+    typer.echo(f"store: {sweep.store}: {size} bytes ({format_bytes(size)}) uncompressed")
+    lock = describe_lock(sweep.store)
+    if lock:
+        typer.echo(f"locked by {lock}")
+    if not calibrate:
+        return
+    if _kernels_cold():
+        typer.echo("compiling kernels (first run only) ...")
+    try:
+        per_layer, label = _calibrate(sweep)
+    except Exception as err:  # the kernel itself failed: say so in one line
+        _fail(f"the calibration run failed ({type(err).__name__}: {_first_line(err)}): "
+              "`tokensweep plan --no-calibrate` plans without timing", code=1)
+    n_workers = workers or os.cpu_count() or 1
+    layers = float(np.mean(sweep.axes.get("layers", sweep.time.layers)))  # a layers axis: its mean
+    per_partition = per_layer * layers * sweep.partition_traj
+    core = per_layer * layers * sweep.trajectories * sweep.n_cells * todo / partitions
+    wall = math.ceil(todo / n_workers) * per_partition
+    typer.echo(f"core time: ~{_duration(core)} ({per_layer * 1e6:.3g} us per trajectory and layer "
+               f"at {label}); wall time: ~{_duration(wall)} on {n_workers} local workers, plus the "
+               "start of the cluster and the report")

@@ -1,0 +1,112 @@
+"""`tokensweep unlock`, `status` and `report`: the commands that read (or unlock) a store.
+
+None of them computes a partition; each refuses a store it cannot read in one line (exit 2).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+
+from ..pipeline import location
+from ..pipeline.spec import SpecError
+from ..pipeline.store import DONE, FAILED, PENDING, StoreError, read_status, stored_sweep
+from .options import StoreArg
+
+
+def unlock(store: str = StoreArg):
+    """Break the lock of STORE left by a sweep that died (check that none is running first)."""
+    from .cli import _fail
+    store = location.normalised(store)  # a file:// URL is its path
+    from ..pipeline.lock import break_lock, is_running_here, lock_path, owner_text
+    from .flow_lock import mark_crashed
+
+    try:
+        if location.is_remote(store):
+            location.check_reachable(store)
+        found = location.exists(store) or location.exists(lock_path(store))
+    except StoreError as err:
+        _fail(str(err))
+    if not found:
+        _fail(f"no store at {store} and no lock beside it: check the path")
+    held = break_lock(store)
+    typer.echo(f"broke the lock held by {owner_text(held)}" if held is not None
+               else f"{store} was not locked")
+    if held and is_running_here(held):  # broken by hand: its flow run is not Crashed
+        typer.echo(f"warning: pid {held.get('pid')} is still running; stop it before another "
+                   "sweep writes this store", err=True)
+        return
+    crashed = mark_crashed(held) if held else None  # its flow run died with it
+    if crashed:
+        typer.echo(crashed)
+
+
+def status(store: str = StoreArg):
+    """Partitions done / pending / failed; each failed one with its cell, block and error."""
+    from .cli import _fail
+    store = location.normalised(store)  # a file:// URL is its path
+    from ..pipeline.lock import describe_lock
+    from ..pipeline.plan import Plan
+    from ..pipeline.store import read_error, read_partition_table
+
+    try:
+        sweep = stored_sweep(store)
+        flat = read_partition_table(store, "status")
+        started = read_partition_table(store, "started")
+    except StoreError as err:
+        _fail(str(err))
+    plan = Plan(sweep)
+    counts = {name: int((flat == code).sum()) for name, code in
+              (("done", DONE), ("pending", PENDING), ("failed", FAILED))}
+    typer.echo(f"{sweep.name}: {len(plan)} partitions: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    lock = describe_lock(store)
+    if lock:
+        typer.echo(f"  locked by {lock}")
+    unfinished = int(((flat == PENDING) & ~np.isnan(started)).sum())
+    if unfinished:
+        typer.echo(f"  {unfinished} pending partition(s) started but not finished "
+                   "(running now, or killed: a rerun redoes them)")
+    for index in (flat == FAILED).nonzero()[0]:
+        index = int(index)
+        record = read_error(store, index) or {}
+        error = record.get("error", "error not recorded").splitlines()[-1]
+        where = f" on {record['host']}" if record.get("host") else ""
+        typer.echo(f"  failed: partition {index} ({plan.label(plan[index])}){where}: {error}")
+
+
+def report(
+    store: Optional[str] = typer.Argument(None, help="path of a tokensweep zarr store, or the name of "
+                                          "a catalog entry (its default store)", show_default=False),
+    out: Optional[str] = typer.Option(None, help="output folder", show_default="STORE.report"),
+    index: Optional[str] = typer.Option(None, help="write DIR/index.html linking the report of every "
+                                        "store under DIR (writing those missing or stale)",
+                                        metavar="DIR", show_default="none: report STORE"),
+):
+    """Write report.html (self-contained), report.md and the figures; --index DIR: every store's."""
+    from .cli import _fail
+    from ..pipeline.reading import store_path
+    from ..pipeline.report import write_report
+    from ..pipeline.report.index import write_index
+    from ..pipeline.store import open_cube
+
+    if (store is None) == (index is None):
+        _fail("report: give either STORE (a store or a catalog name) or --index DIR, not both or neither")
+    try:
+        if index is not None:
+            typer.echo(f"index: {write_index(index)}")
+            return
+        store = location.normalised(store_path(location.normalised(store)))  # file:// URL: its path
+        stored_sweep(store)
+        flat = read_status(store)
+        with open_cube(store) as ds:
+            if (flat != DONE).any():
+                typer.echo(f"warning: {(flat != DONE).sum()} partitions not done; "
+                           "the report covers done partitions' cells only", err=True)
+            paths = write_report(ds, Path(out) if out else location.report_dir(store))
+    except (StoreError, SpecError) as err:
+        _fail(str(err))
+    for name, path in paths.items():
+        typer.echo(f"{name}: {path}")
