@@ -96,12 +96,14 @@ from .outcomes import (
 from .stochastic_general import GAUSSIAN, LITERAL
 from .stochastic_general import stop as _stop
 from .stochastic_general import trajectory as _trajectory
+from .stochastic_lanes import MAX_TOKENS, trajectory_lanes
 from .stochastic_options import NO_QK, SCHEMES, VALUE_LAWS, check_options, query_key
 
 ATTENTIONS = vocabulary.STOCHASTIC_ATTENTIONS
 NOISES = vocabulary.NOISES
 NORMALS_PER_DRAW = 4096  # default buffer size (normals), when draw_batch is not given
 _SPECIALISE = True  # n = 2 gaussian runs use _trajectory_pair (bit-identical); tests switch it off
+_LANES = True  # 3 <= n <= 8 runs of the defaults use trajectory_lanes (bit-identical); idem
 _FAST_EXP = None  # whether fast_exp reproduces libm's exp here: checked once, at the first run
 
 __all__ = [
@@ -298,6 +300,9 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
     trajectory = _trajectory_pair if (n == 2 and code == GAUSSIAN and _SPECIALISE and default) \
         else _trajectory
     fast = _fast_exp()
+    if (trajectory is _trajectory and _LANES and fast and code == GAUSSIAN and default
+            and att != CAUSAL_SA and 3 <= n <= MAX_TOKENS):
+        trajectory = trajectory_lanes
 
     def run_one(r):
         x = np.empty((n, d)) if x0 is None else x0[r].copy()
@@ -316,6 +321,8 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
             trajectory_sde(*args[:5], *args[6:], m)
         elif trajectory is _trajectory:
             _trajectory(*args, law, m, fast)
+        elif trajectory is trajectory_lanes:
+            trajectory_lanes(*args[:5], *args[6:])
         else:
             trajectory(*args)
 

@@ -1,0 +1,86 @@
+"""Eight float64 lanes as one LLVM vector (<8 x double>) inside njit: loads, stores and arithmetic.
+
+numba has no SIMD type, and LLVM keeps a sum in a register only when it can prove nothing else
+writes it: with accumulators in arrays it reloads them every step. `Lanes` is a numba value held
+in a vector register; every operation is one IEEE operation per lane (fadd, fsub, fmul, fdiv,
+without fast-math flags, so no reassociation and no FMA contraction), so a lane computes the same
+bits as the scalar code it replaces. The kernels use it across tokens (lane = token) on states
+kept transposed, (d, 8): `stochastic_lanes`.
+
+Lanes values stay local to a function (never arguments of a cached function: its type is not
+meant to be pickled into numba's cache index).
+"""
+
+from llvmlite import ir
+from numba.core import types
+from numba.core.extending import intrinsic, models, register_model
+
+WIDTH = 8
+_VEC = ir.VectorType(ir.DoubleType(), WIDTH)
+
+
+class LanesType(types.Type):
+    def __init__(self):
+        super().__init__(name="Lanes8")
+
+
+lanes_type = LanesType()
+
+
+@register_model(LanesType)
+class _LanesModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _VEC)
+
+
+def _pointer(context, builder, arrty, arr, offset):
+    """Address of element `offset` (flat, C order) of arr, as a <8 x double>*."""
+    data = context.make_array(arrty)(context, builder, value=arr).data
+    return builder.bitcast(builder.gep(data, [offset]), _VEC.as_pointer())
+
+
+@intrinsic
+def load(typingctx, arr, offset):
+    """Lanes arr.flat[offset:offset + 8] (arr C-contiguous float64)."""
+    def codegen(context, builder, sig, args):
+        return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1]), align=8)
+
+    return lanes_type(arr, types.intp), codegen
+
+
+@intrinsic
+def store(typingctx, arr, offset, v):
+    """arr.flat[offset:offset + 8] = v."""
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _pointer(context, builder, sig.args[0], args[0], args[1]), align=8)
+        return context.get_dummy_value()
+
+    return types.none(arr, types.intp, lanes_type), codegen
+
+
+@intrinsic
+def splat(typingctx, x):
+    """All eight lanes x."""
+    def codegen(context, builder, sig, args):
+        v = builder.insert_element(ir.Constant(_VEC, ir.Undefined), args[0], ir.Constant(ir.IntType(32), 0))
+        return builder.shuffle_vector(v, ir.Constant(_VEC, ir.Undefined),
+                                      ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH))
+
+    return lanes_type(types.float64), codegen
+
+
+def _binary(op):
+    @intrinsic
+    def fn(typingctx, a, b):
+        def codegen(context, builder, sig, args):
+            return getattr(builder, op)(args[0], args[1])
+
+        return lanes_type(lanes_type, lanes_type), codegen
+
+    return fn
+
+
+add = _binary("fadd")
+sub = _binary("fsub")
+mul = _binary("fmul")
+div = _binary("fdiv")

@@ -1,0 +1,303 @@
+"""The general stochastic path for 3 <= n <= 8 tokens, one token per SIMD lane: bit-identical.
+
+`stochastic_general.trajectory` keeps the state as rows x (n, d): every sum over coordinates (the
+overlaps, the Householder dot products and norms, the row norms) is a chain of dependent adds,
+a few run side by side at best. Here the state is kept transposed, xt (d, 8) with token i in
+lane i (lanes n..7 are zero), and each of those sums runs for all tokens at once in one vector
+register (`lanes`): the same operations in the same order per lane, so the same bits as the
+general path (tests/test_kernel_stochastic_lanes.py compares the two on many cells):
+
+- overlaps: row i of G is sum_k x_ki * xt[k, :], eight accumulators over k;
+- attention (SA, USA): the logits' maxima, exponentials (`fast_exp`) and row sums as the general
+  path, per token; Ahat^T[k, :] = sum_j w[:, j] x_jk over j in order, four k side by side;
+- Householder R of A = Ahat^T (d x n): A's columns are the lanes, so the dot products
+  u^T A[:, j] and the reflections of all columns run as one vector chain over the rows i >= k
+  (lanes <= k are reflected too: they are no longer read), and the next column's norm is summed
+  in the same pass;
+- noise s W^T R: direction^T[c, :] = sum_k (s R[k, :]) W[k, c], zero terms for k > i add +-0
+  to a sum that is never -0, so they change nothing; four c side by side;
+- the step and its normalisation: the row norms as one vector chain; the rare rescaling path
+  (|y|^2 zero, inf or NaN) of `normalize_row` on that token alone.
+
+The state is transposed back to rows only at checkpoints (outcomes, observables, states).
+Taken for the defaults only (gaussian law and noise, Q = K = I, SA or USA, discrete scheme,
+`fast_exp` matching libm); everything else runs `stochastic_general.trajectory`.
+"""
+
+import numpy as np
+from numba import njit
+
+from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from . import observables
+from .attention import USA, gram, normalize_row, normalize_rows, uniform_start
+from .fast_exp import HEAD, TAIL, exp_array
+from .lanes import WIDTH, add, div, load, mul, splat, store, sub
+from .outcomes import finish_trajectory, record_overlaps, resolved_for
+from .stochastic_general import stop
+
+MAX_TOKENS = WIDTH
+
+
+@njit(nogil=True, cache=True)
+def gram_lanes(xt, g8):
+    """g8 (8, 8): g8[i, j] = <x_i, x_j>, each a sum over k in order from 0.0 (as `gram`)."""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = splat(0.0)
+    for k in range(xt.shape[0]):
+        row = load(xt, k * WIDTH)
+        a0 = add(a0, mul(splat(xt[k, 0]), row))
+        a1 = add(a1, mul(splat(xt[k, 1]), row))
+        a2 = add(a2, mul(splat(xt[k, 2]), row))
+        a3 = add(a3, mul(splat(xt[k, 3]), row))
+        a4 = add(a4, mul(splat(xt[k, 4]), row))
+        a5 = add(a5, mul(splat(xt[k, 5]), row))
+        a6 = add(a6, mul(splat(xt[k, 6]), row))
+        a7 = add(a7, mul(splat(xt[k, 7]), row))
+    store(g8, 0, a0)
+    store(g8, 8, a1)
+    store(g8, 16, a2)
+    store(g8, 24, a3)
+    store(g8, 32, a4)
+    store(g8, 40, a5)
+    store(g8, 48, a6)
+    store(g8, 56, a7)
+
+
+@njit(nogil=True, cache=True)
+def attention_lanes(xt, g8, n, beta, kind, ahat_t, logscale, expo, w, tail_work, head_work, wt, scale):
+    """`attention_fast` (SA, USA) into ahat_t (d, 8), Ahat_i in lane i; logscale (n,) the c_i.
+
+    expo, w, tail_work (n*n,) float64, head_work (n*n,) int64: work. wt (8 * 8,): the weights
+    transposed, wt[8 j + i] = w_ij, lanes >= n zero. scale (8,): 1 / row sum (SA) or 1 (USA),
+    lanes >= n 1 (x * 1.0 = x exactly, so USA's Ahat is the bare sum as in `finish_row`).
+    """
+    d = xt.shape[0]
+    for i in range(n):
+        mi = -np.inf
+        for j in range(n):
+            if beta * g8[i, j] > mi:
+                mi = beta * g8[i, j]
+        for j in range(n):
+            expo[i * n + j] = beta * g8[i, j] - mi
+        logscale[i] = mi
+    exp_array(expo, w, n * n, TAIL, HEAD, tail_work, head_work)
+    log_n = np.log(n)
+    for i in range(n):
+        total = 0.0
+        for j in range(n):
+            total += w[i * n + j]
+            wt[j * WIDTH + i] = w[i * n + j]
+        if kind == USA:
+            logscale[i] = logscale[i] - log_n
+        else:
+            scale[i] = 1.0 / total
+            logscale[i] = 0.0
+    sv = load(scale, 0)
+    k = 0
+    while k + 4 <= d:
+        s0 = s1 = s2 = s3 = splat(0.0)
+        for j in range(n):
+            wj = load(wt, j * WIDTH)
+            s0 = add(s0, mul(wj, splat(xt[k, j])))
+            s1 = add(s1, mul(wj, splat(xt[k + 1, j])))
+            s2 = add(s2, mul(wj, splat(xt[k + 2, j])))
+            s3 = add(s3, mul(wj, splat(xt[k + 3, j])))
+        store(ahat_t, k * WIDTH, mul(s0, sv))
+        store(ahat_t, (k + 1) * WIDTH, mul(s1, sv))
+        store(ahat_t, (k + 2) * WIDTH, mul(s2, sv))
+        store(ahat_t, (k + 3) * WIDTH, mul(s3, sv))
+        k += 4
+    while k < d:
+        s0 = splat(0.0)
+        for j in range(n):
+            s0 = add(s0, mul(load(wt, j * WIDTH), splat(xt[k, j])))
+        store(ahat_t, k * WIDTH, mul(s0, sv))
+        k += 1
+
+
+@njit(nogil=True, cache=True)
+def householder_lanes(at, n, rl):
+    """`value_noise.householder_r` of A = at (d, 8) (column j of A in lane j), LAPACK signs.
+
+    at is overwritten. rl (r, 8), r = min(n, d): row k of R in lanes 0..n-1, zeros elsewhere
+    (lanes < k are R's exact zeros, lanes >= n padding).
+    """
+    d = at.shape[0]
+    r = min(n, d)
+    have_next = False
+    next_norms = splat(0.0)
+    norms = np.empty(WIDTH)
+    for k in range(r):
+        alpha = at[k, k]
+        if have_next:
+            store(norms, 0, next_norms)
+            xnorm2 = norms[k]
+        else:
+            xnorm2 = 0.0
+            for i in range(k + 1, d):
+                xnorm2 += at[i, k] * at[i, k]
+        have_next = False
+        if xnorm2 == 0.0:
+            rkk = alpha  # H = I (LAPACK tau = 0)
+        else:
+            rkk = -np.copysign(np.sqrt(alpha * alpha + xnorm2), alpha)
+            u0 = alpha - rkk
+            at[k, k] = u0
+            unorm2 = u0 * u0 + xnorm2
+            if k + 1 < n:
+                s = splat(0.0)
+                for i in range(k, d):
+                    s = add(s, mul(splat(at[i, k]), load(at, i * WIDTH)))
+                f = div(mul(splat(2.0), s), splat(unorm2))
+                nrm = splat(0.0)
+                for i in range(k, d):
+                    # u_i is read before row i is written (lane k is reflected too, unread later)
+                    y = sub(load(at, i * WIDTH), mul(f, splat(at[i, k])))
+                    store(at, i * WIDTH, y)
+                    if i >= k + 2:
+                        nrm = add(nrm, mul(y, y))
+                next_norms = nrm
+                have_next = True
+        for j in range(k):
+            rl[k, j] = 0.0
+        rl[k, k] = rkk
+        for j in range(k + 1, n):
+            rl[k, j] = at[k, j]
+
+
+@njit(nogil=True, cache=True)
+def noise_lanes(rl, s, buf, off, dir_t, rs):
+    """dir_t (d, 8): lane i of row c is s sum_k R[k, i] W[k, c], W = buf[off:off + r d] (r, d),
+    as `gaussian_values`. rs (r * 8,): work, s R row by row."""
+    r = rl.shape[0]
+    d = dir_t.shape[0]
+    sv = splat(s)
+    for k in range(r):
+        store(rs, k * WIDTH, mul(sv, load(rl, k * WIDTH)))
+    c = 0
+    while c + 4 <= d:
+        s0 = s1 = s2 = s3 = splat(0.0)
+        for k in range(r):
+            rk = load(rs, k * WIDTH)
+            base = off + k * d + c
+            s0 = add(s0, mul(rk, splat(buf[base])))
+            s1 = add(s1, mul(rk, splat(buf[base + 1])))
+            s2 = add(s2, mul(rk, splat(buf[base + 2])))
+            s3 = add(s3, mul(rk, splat(buf[base + 3])))
+        store(dir_t, c * WIDTH, s0)
+        store(dir_t, (c + 1) * WIDTH, s1)
+        store(dir_t, (c + 2) * WIDTH, s2)
+        store(dir_t, (c + 3) * WIDTH, s3)
+        c += 4
+    while c < d:
+        s0 = splat(0.0)
+        for k in range(r):
+            s0 = add(s0, mul(load(rs, k * WIDTH), splat(buf[off + k * d + c])))
+        store(dir_t, c * WIDTH, s0)
+        c += 1
+
+
+@njit(nogil=True, cache=True)
+def step_lanes(xt, n, coef, logscale, dir_t, fx, fa, norm2, inv, column):
+    """`attention.scaled_step` on xt (d, 8); False if a token is non-finite or zero.
+
+    fx, fa, norm2, inv (8,): work (lanes >= n keep fx = 1, fa = 0, inv = 1, so they stay 0).
+    column (1, d): work for the rare rescaling path of `normalize_row`.
+    """
+    d = xt.shape[0]
+    for i in range(n):
+        c = logscale[i]
+        fx[i] = 1.0
+        fa[i] = coef
+        if c > 0.0:
+            fx[i] = np.exp(-c)
+        elif c < 0.0:
+            fa[i] = coef * np.exp(c)
+    fxv = load(fx, 0)
+    fav = load(fa, 0)
+    nrm = splat(0.0)
+    for k in range(d):
+        y = add(mul(fxv, load(xt, k * WIDTH)), mul(fav, load(dir_t, k * WIDTH)))
+        store(xt, k * WIDTH, y)
+        nrm = add(nrm, mul(y, y))
+    store(norm2, 0, nrm)
+    for i in range(n):
+        if norm2[i] > 0.0 and norm2[i] < np.inf:
+            inv[i] = 1.0 / np.sqrt(norm2[i])
+        else:  # as `scaled_step`: recompute, rescale or fail, on this token alone
+            for k in range(d):
+                column[0, k] = xt[k, i]
+            if not normalize_row(column, 0):
+                return False
+            for k in range(d):
+                xt[k, i] = column[0, k]
+            inv[i] = 1.0
+    iv = load(inv, 0)
+    for k in range(d):
+        store(xt, k * WIDTH, mul(load(xt, k * WIDTH), iv))
+    return True
+
+
+@njit(nogil=True, cache=True)
+def _to_rows(xt, x):
+    for i in range(x.shape[0]):
+        for k in range(x.shape[1]):
+            x[i, k] = xt[k, i]
+
+
+@njit(nogil=True, cache=True)
+def trajectory_lanes(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, eps, batch,
+                     window, out, r, states):
+    """`stochastic_general.trajectory` for 3 <= n <= 8, SA or USA, gaussian noise, Q = K = I:
+    the same arguments (without noise, law, m, fast), random stream and results."""
+    n, d = x.shape
+    keep = states.shape[1] > 0
+    ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
+    observables.record_start(x, out, r)
+    rank = min(n, d)
+    per_layer = rank * d
+    xt = np.zeros((d, WIDTH))
+    for i in range(n):
+        for k in range(d):
+            xt[k, i] = x[i, k]
+    at = np.zeros((d, WIDTH))
+    dir_t = np.zeros((d, WIDTH))
+    rl = np.zeros((rank, WIDTH))
+    rs = np.zeros(rank * WIDTH)
+    g8 = np.zeros((WIDTH, WIDTH))
+    g = np.empty((n, n))
+    wt = np.zeros(WIDTH * WIDTH)
+    scale = np.ones(WIDTH)
+    fx, fa = np.ones(WIDTH), np.zeros(WIDTH)
+    norm2, inv = np.zeros(WIDTH), np.ones(WIDTH)
+    column = np.empty((1, d))
+    logscale = np.empty(n)
+    expo, w, tail_work = np.empty(n * n), np.empty(n * n), np.empty(n * n)
+    head_work = np.empty(n * n, np.int64)
+    sqrt_h = np.sqrt(h)
+    buf = np.empty(0)
+    pos = 0
+    c = 0
+    for layer in range(layers):
+        if not ok:
+            break
+        if pos == buf.shape[0]:
+            buf = rng.standard_normal(min(batch, layers - layer) * per_layer)
+            pos = 0
+        gram_lanes(xt, g8)
+        attention_lanes(xt, g8, n, beta, att, at, logscale, expo, w, tail_work, head_work, wt, scale)
+        householder_lanes(at, n, rl)
+        noise_lanes(rl, s, buf, pos, dir_t, rs)
+        pos += per_layer
+        ok = step_lanes(xt, n, sqrt_h, logscale, dir_t, fx, fa, norm2, inv, column)
+        if ok and layer + 1 == ckpt[c]:
+            _to_rows(xt, x)
+            gram(x, g)
+            record_overlaps(g, eps, out, r, c)
+            observables.observe(x, g, beta, out, r, c)
+            if keep:
+                states[r, c] = x
+            if resolved_for(out, r, c, window):
+                stop(out, r, c, states, x)
+                break
+            c += 1
+    finish_trajectory(out, r, ok, times)
