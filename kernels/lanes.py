@@ -12,7 +12,7 @@ meant to be pickled into numba's cache index).
 """
 
 from llvmlite import ir
-from numba.core import types
+from numba.core import cgutils, types
 from numba.core.extending import intrinsic, models, register_model
 
 WIDTH = 8
@@ -84,3 +84,44 @@ add = _binary("fadd")
 sub = _binary("fsub")
 mul = _binary("fmul")
 div = _binary("fdiv")
+
+
+@intrinsic
+def sqrt(typingctx, a):
+    """Lane-wise square root (llvm.sqrt: correctly rounded, as the scalar np.sqrt)."""
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC]),
+                                            "llvm.sqrt.v8f64")
+        return builder.call(fn, args)
+
+    return lanes_type(lanes_type), codegen
+
+
+@intrinsic
+def max_of(typingctx, m, v):
+    """Lane-wise `v if v > m else m`: one step of the scalar `if v > m: m = v` (NaN v skipped)."""
+    def codegen(context, builder, sig, args):
+        return builder.select(builder.fcmp_ordered(">", args[1], args[0]), args[1], args[0])
+
+    return lanes_type(lanes_type, lanes_type), codegen
+
+
+@intrinsic
+def lane(typingctx, v, i):
+    """Lane i of v, a float64."""
+    def codegen(context, builder, sig, args):
+        return builder.extract_element(args[0], args[1])
+
+    return types.float64(lanes_type, types.intp), codegen
+
+
+@intrinsic
+def all_normal(typingctx, v):
+    """True if every lane is in (0, inf): not zero, inf or NaN (a squared norm to invert)."""
+    def codegen(context, builder, sig, args):
+        pos = builder.fcmp_ordered(">", args[0], ir.Constant(_VEC, [0.0] * WIDTH))
+        fin = builder.fcmp_ordered("<", args[0], ir.Constant(_VEC, [float("inf")] * WIDTH))
+        bits = builder.bitcast(builder.and_(pos, fin), ir.IntType(WIDTH))
+        return builder.icmp_unsigned("==", bits, ir.Constant(ir.IntType(WIDTH), (1 << WIDTH) - 1))
+
+    return types.boolean(lanes_type), codegen

@@ -31,7 +31,7 @@ from . import cache  # noqa: F401  (selects numba's cache folder before anything
 from . import observables
 from .attention import USA, gram, normalize_row, normalize_rows, uniform_start
 from .fast_exp import HEAD, TAIL, exp_array
-from .lanes import WIDTH, add, div, load, mul, splat, store, sub
+from .lanes import WIDTH, add, all_normal, div, lane, load, max_of, mul, splat, sqrt, store, sub
 from .outcomes import finish_trajectory, record_overlaps, resolved_for
 from .stochastic_general import stop
 
@@ -63,35 +63,34 @@ def gram_lanes(xt, g8):
 
 
 @njit(nogil=True, cache=True)
-def attention_lanes(xt, g8, n, beta, kind, ahat_t, logscale, expo, w, tail_work, head_work, wt, scale):
-    """`attention_fast` (SA, USA) into ahat_t (d, 8), Ahat_i in lane i; logscale (n,) the c_i.
+def attention_lanes(xt, g8, n, beta, kind, ahat_t, logscale, expo, wt, tail_work, head_work, mask,
+                    norms):
+    """`attention_fast` (SA, USA) into ahat_t (d, 8), Ahat_i in lane i; logscale (8,) the c_i.
 
-    expo, w, tail_work (n*n,) float64, head_work (n*n,) int64: work. wt (8 * 8,): the weights
-    transposed, wt[8 j + i] = w_ij, lanes >= n zero. scale (8,): 1 / row sum (SA) or 1 (USA),
-    lanes >= n 1 (x * 1.0 = x exactly, so USA's Ahat is the bare sum as in `finish_row`).
+    G is symmetric to the bit, so lane i of row j of g8 is <x_i, x_j>: the maxima, exponents
+    and row sums of all tokens run across lanes, j in order. expo, wt, tail_work (8 n,) float64,
+    head_work (8 n,) int64: work; wt[8 j + i] = w_ij. mask (8,): 1 in lanes < n, 0 elsewhere
+    (x * 1.0 = x exactly, so USA's Ahat is the bare sum as in `finish_row`). norms (8,): output,
+    lane j the sum over rows i >= 1 of Ahat^T[i, j]^2 in order (`householder_lanes`' first norm).
     """
     d = xt.shape[0]
-    for i in range(n):
-        mi = -np.inf
+    bv = splat(beta)
+    m = splat(-np.inf)
+    for j in range(n):
+        m = max_of(m, mul(bv, load(g8, j * WIDTH)))
+    for j in range(n):
+        store(expo, j * WIDTH, sub(mul(bv, load(g8, j * WIDTH)), m))
+    exp_array(expo, wt, n * WIDTH, TAIL, HEAD, tail_work, head_work)
+    if kind == USA:
+        sv = load(mask, 0)
+        store(logscale, 0, sub(m, splat(np.log(n))))
+    else:
+        total = splat(0.0)
         for j in range(n):
-            if beta * g8[i, j] > mi:
-                mi = beta * g8[i, j]
-        for j in range(n):
-            expo[i * n + j] = beta * g8[i, j] - mi
-        logscale[i] = mi
-    exp_array(expo, w, n * n, TAIL, HEAD, tail_work, head_work)
-    log_n = np.log(n)
-    for i in range(n):
-        total = 0.0
-        for j in range(n):
-            total += w[i * n + j]
-            wt[j * WIDTH + i] = w[i * n + j]
-        if kind == USA:
-            logscale[i] = logscale[i] - log_n
-        else:
-            scale[i] = 1.0 / total
-            logscale[i] = 0.0
-    sv = load(scale, 0)
+            total = add(total, load(wt, j * WIDTH))
+        sv = mul(div(splat(1.0), total), load(mask, 0))
+        store(logscale, 0, splat(0.0))
+    nrm = splat(0.0)
     k = 0
     while k + 4 <= d:
         s0 = s1 = s2 = s3 = splat(0.0)
@@ -101,36 +100,46 @@ def attention_lanes(xt, g8, n, beta, kind, ahat_t, logscale, expo, w, tail_work,
             s1 = add(s1, mul(wj, splat(xt[k + 1, j])))
             s2 = add(s2, mul(wj, splat(xt[k + 2, j])))
             s3 = add(s3, mul(wj, splat(xt[k + 3, j])))
-        store(ahat_t, k * WIDTH, mul(s0, sv))
-        store(ahat_t, (k + 1) * WIDTH, mul(s1, sv))
-        store(ahat_t, (k + 2) * WIDTH, mul(s2, sv))
-        store(ahat_t, (k + 3) * WIDTH, mul(s3, sv))
+        s0 = mul(s0, sv)
+        s1 = mul(s1, sv)
+        s2 = mul(s2, sv)
+        s3 = mul(s3, sv)
+        store(ahat_t, k * WIDTH, s0)
+        store(ahat_t, (k + 1) * WIDTH, s1)
+        store(ahat_t, (k + 2) * WIDTH, s2)
+        store(ahat_t, (k + 3) * WIDTH, s3)
+        if k > 0:
+            nrm = add(nrm, mul(s0, s0))
+        nrm = add(add(add(nrm, mul(s1, s1)), mul(s2, s2)), mul(s3, s3))
         k += 4
     while k < d:
         s0 = splat(0.0)
         for j in range(n):
             s0 = add(s0, mul(load(wt, j * WIDTH), splat(xt[k, j])))
-        store(ahat_t, k * WIDTH, mul(s0, sv))
+        s0 = mul(s0, sv)
+        store(ahat_t, k * WIDTH, s0)
+        if k > 0:
+            nrm = add(nrm, mul(s0, s0))
         k += 1
+    store(norms, 0, nrm)
 
 
 @njit(nogil=True, cache=True)
-def householder_lanes(at, n, rl):
+def householder_lanes(at, n, rl, norms):
     """`value_noise.householder_r` of A = at (d, 8) (column j of A in lane j), LAPACK signs.
 
     at is overwritten. rl (r, 8), r = min(n, d): row k of R in lanes 0..n-1, zeros elsewhere
-    (lanes < k are R's exact zeros, lanes >= n padding).
+    (lanes < k are R's exact zeros, lanes >= n padding). norms (8,): lane 0 the sum of the
+    squares of A[1:, 0] (`attention_lanes`).
     """
     d = at.shape[0]
     r = min(n, d)
-    have_next = False
-    next_norms = splat(0.0)
-    norms = np.empty(WIDTH)
+    next_norms = load(norms, 0)
+    have_next = True
     for k in range(r):
         alpha = at[k, k]
         if have_next:
-            store(norms, 0, next_norms)
-            xnorm2 = norms[k]
+            xnorm2 = lane(next_norms, k)
         else:
             xnorm2 = 0.0
             for i in range(k + 1, d):
@@ -197,41 +206,50 @@ def noise_lanes(rl, s, buf, off, dir_t, rs):
 
 
 @njit(nogil=True, cache=True)
-def step_lanes(xt, n, coef, logscale, dir_t, fx, fa, norm2, inv, column):
+def step_lanes(xt, n, kind, coef, logscale, dir_t, fx, fa, norm2, inv, pad, column):
     """`attention.scaled_step` on xt (d, 8); False if a token is non-finite or zero.
 
-    fx, fa, norm2, inv (8,): work (lanes >= n keep fx = 1, fa = 0, inv = 1, so they stay 0).
+    fx, fa, norm2, inv (8,): work (lanes >= n keep fx = 1, fa = 0, so they stay 0). pad (8,):
+    0 in lanes < n, 1 elsewhere (|y|^2 + 0 = |y|^2 exactly; 1 / sqrt(1) in the padding).
     column (1, d): work for the rare rescaling path of `normalize_row`.
     """
     d = xt.shape[0]
-    for i in range(n):
-        c = logscale[i]
-        fx[i] = 1.0
-        fa[i] = coef
-        if c > 0.0:
-            fx[i] = np.exp(-c)
-        elif c < 0.0:
-            fa[i] = coef * np.exp(c)
-    fxv = load(fx, 0)
-    fav = load(fa, 0)
+    if kind == USA:
+        for i in range(n):
+            c = logscale[i]
+            fx[i] = 1.0
+            fa[i] = coef
+            if c > 0.0:
+                fx[i] = np.exp(-c)
+            elif c < 0.0:
+                fa[i] = coef * np.exp(c)
+        fxv = load(fx, 0)
+        fav = load(fa, 0)
+    else:  # c_i = 0: fx = 1, fa = coef (the padding's direction is 0)
+        fxv = splat(1.0)
+        fav = splat(coef)
     nrm = splat(0.0)
     for k in range(d):
         y = add(mul(fxv, load(xt, k * WIDTH)), mul(fav, load(dir_t, k * WIDTH)))
         store(xt, k * WIDTH, y)
         nrm = add(nrm, mul(y, y))
-    store(norm2, 0, nrm)
-    for i in range(n):
-        if norm2[i] > 0.0 and norm2[i] < np.inf:
-            inv[i] = 1.0 / np.sqrt(norm2[i])
-        else:  # as `scaled_step`: recompute, rescale or fail, on this token alone
-            for k in range(d):
-                column[0, k] = xt[k, i]
-            if not normalize_row(column, 0):
-                return False
-            for k in range(d):
-                xt[k, i] = column[0, k]
-            inv[i] = 1.0
-    iv = load(inv, 0)
+    nrm = add(nrm, load(pad, 0))
+    if all_normal(nrm):
+        iv = div(splat(1.0), sqrt(nrm))  # lane-wise 1.0 / np.sqrt(norm2_i), correctly rounded
+    else:
+        store(norm2, 0, nrm)
+        for i in range(n):
+            if norm2[i] > 0.0 and norm2[i] < np.inf:
+                inv[i] = 1.0 / np.sqrt(norm2[i])
+            else:  # as `scaled_step`: recompute, rescale or fail, on this token alone
+                for k in range(d):
+                    column[0, k] = xt[k, i]
+                if not normalize_row(column, 0):
+                    return False
+                for k in range(d):
+                    xt[k, i] = column[0, k]
+                inv[i] = 1.0
+        iv = load(inv, 0)
     for k in range(d):
         store(xt, k * WIDTH, mul(load(xt, k * WIDTH), iv))
     return True
@@ -265,14 +283,15 @@ def trajectory_lanes(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, e
     rs = np.zeros(rank * WIDTH)
     g8 = np.zeros((WIDTH, WIDTH))
     g = np.empty((n, n))
-    wt = np.zeros(WIDTH * WIDTH)
-    scale = np.ones(WIDTH)
+    mask, pad = np.zeros(WIDTH), np.ones(WIDTH)
+    mask[:n] = 1.0
+    pad[:n] = 0.0
     fx, fa = np.ones(WIDTH), np.zeros(WIDTH)
-    norm2, inv = np.zeros(WIDTH), np.ones(WIDTH)
+    norm2, inv, norms = np.zeros(WIDTH), np.ones(WIDTH), np.zeros(WIDTH)
     column = np.empty((1, d))
-    logscale = np.empty(n)
-    expo, w, tail_work = np.empty(n * n), np.empty(n * n), np.empty(n * n)
-    head_work = np.empty(n * n, np.int64)
+    logscale = np.zeros(WIDTH)
+    expo, wt, tail_work = np.empty(n * WIDTH), np.empty(n * WIDTH), np.empty(n * WIDTH)
+    head_work = np.empty(n * WIDTH, np.int64)
     sqrt_h = np.sqrt(h)
     buf = np.empty(0)
     pos = 0
@@ -284,11 +303,12 @@ def trajectory_lanes(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, e
             buf = rng.standard_normal(min(batch, layers - layer) * per_layer)
             pos = 0
         gram_lanes(xt, g8)
-        attention_lanes(xt, g8, n, beta, att, at, logscale, expo, w, tail_work, head_work, wt, scale)
-        householder_lanes(at, n, rl)
+        attention_lanes(xt, g8, n, beta, att, at, logscale, expo, wt, tail_work, head_work, mask,
+                        norms)
+        householder_lanes(at, n, rl, norms)
         noise_lanes(rl, s, buf, pos, dir_t, rs)
         pos += per_layer
-        ok = step_lanes(xt, n, sqrt_h, logscale, dir_t, fx, fa, norm2, inv, column)
+        ok = step_lanes(xt, n, att, sqrt_h, logscale, dir_t, fx, fa, norm2, inv, pad, column)
         if ok and layer + 1 == ckpt[c]:
             _to_rows(xt, x)
             gram(x, g)
