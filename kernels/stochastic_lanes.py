@@ -38,7 +38,7 @@ from .stochastic_general import stop
 MAX_TOKENS = WIDTH
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def gram_lanes(xt, g8):
     """g8 (8, 8): g8[i, j] = <x_i, x_j>, each a sum over k in order from 0.0 (as `gram`)."""
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = splat(0.0)
@@ -62,7 +62,7 @@ def gram_lanes(xt, g8):
     store(g8, 56, a7)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def attention_lanes(xt, g8, n, beta, kind, ahat_t, logscale, expo, wt, tail_work, head_work, mask,
                     norms):
     """`attention_fast` (SA, USA) into ahat_t (d, 8), Ahat_i in lane i; logscale (8,) the c_i.
@@ -124,7 +124,7 @@ def attention_lanes(xt, g8, n, beta, kind, ahat_t, logscale, expo, wt, tail_work
     store(norms, 0, nrm)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def householder_lanes(at, n, rl, norms):
     """`value_noise.householder_r` of A = at (d, 8) (column j of A in lane j), LAPACK signs.
 
@@ -173,7 +173,7 @@ def householder_lanes(at, n, rl, norms):
             rl[k, j] = at[k, j]
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def noise_lanes(rl, s, buf, off, dir_t, rs):
     """dir_t (d, 8): lane i of row c is s sum_k R[k, i] W[k, c], W = buf[off:off + r d] (r, d),
     as `gaussian_values`. rs (r * 8,): work, s R row by row."""
@@ -205,7 +205,7 @@ def noise_lanes(rl, s, buf, off, dir_t, rs):
         c += 1
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def step_lanes(xt, n, kind, coef, logscale, dir_t, fx, fa, norm2, inv, pad, column):
     """`attention.scaled_step` on xt (d, 8); False if a token is non-finite or zero.
 
