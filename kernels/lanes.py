@@ -125,3 +125,61 @@ def all_normal(typingctx, v):
         return builder.icmp_unsigned("==", bits, ir.Constant(ir.IntType(WIDTH), (1 << WIDTH) - 1))
 
     return types.boolean(lanes_type), codegen
+
+
+def _fma(builder, a, b, c):
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC] * 3),
+                                        "llvm.fma.v8f64")
+    return builder.call(fn, [a, b, c])
+
+
+@intrinsic
+def exp(typingctx, v, tail, head):
+    """Lane-wise `fast_exp.exp_array` (glibc's exp, its bits) for lanes with |v| < 512, 1 + v
+    below 2^-54; lanes with |v| >= 512, inf or NaN are wrong here: `exp_is_rare` tells, and the
+    caller redoes them by np.exp (as exp_array). tail, head: fast_exp.TAIL, fast_exp.HEAD."""
+    from .fast_exp import C2, C3, C4, C5, INV_LN2_N, NEG_LN2_HI_N, NEG_LN2_LO_N, SHIFT, TABLE_BITS
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        i64v = ir.VectorType(ir.IntType(64), WIDTH)
+        cst = lambda c: ir.Constant(_VEC, [c] * WIDTH)  # noqa: E731
+        icst = lambda c: ir.Constant(i64v, [c] * WIDTH)  # noqa: E731
+        kd = _fma(builder, x, cst(INV_LN2_N), cst(SHIFT))
+        ki = builder.bitcast(kd, i64v)
+        idx = builder.and_(ki, icst((1 << TABLE_BITS) - 1))
+        tdata = context.make_array(sig.args[1])(context, builder, value=args[1]).data
+        hdata = context.make_array(sig.args[2])(context, builder, value=args[2]).data
+        tl = ir.Constant(_VEC, ir.Undefined)
+        hd = ir.Constant(i64v, ir.Undefined)
+        for q in range(WIDTH):  # the table entries, lane by lane
+            pos = ir.Constant(ir.IntType(32), q)
+            p = builder.extract_element(idx, pos)
+            tl = builder.insert_element(tl, builder.load(builder.gep(tdata, [p])), pos)
+            hd = builder.insert_element(hd, builder.load(builder.gep(hdata, [p])), pos)
+        kd = builder.fsub(kd, cst(SHIFT))
+        r = _fma(builder, kd, cst(NEG_LN2_LO_N), _fma(builder, kd, cst(NEG_LN2_HI_N), x))
+        scale = builder.bitcast(builder.add(hd, builder.shl(ki, icst(52 - TABLE_BITS))), _VEC)
+        r2 = builder.fmul(r, r)
+        tmp = _fma(builder, builder.fmul(r2, r2), _fma(builder, r, cst(C5), cst(C4)),
+                   _fma(builder, r2, _fma(builder, r, cst(C3), cst(C2)), builder.fadd(tl, r)))
+        y = _fma(builder, scale, tmp, scale)
+        top = builder.and_(builder.lshr(builder.bitcast(x, i64v), icst(52)), icst(0x7FF))
+        tiny = builder.icmp_unsigned("<", top, icst(0x3C9))
+        return builder.select(tiny, builder.fadd(cst(1.0), x), y)
+
+    return lanes_type(v, tail, head), codegen
+
+
+@intrinsic
+def exp_is_rare(typingctx, v):
+    """True if a lane has |v| >= 512, inf or NaN (where `exp` is not libm's)."""
+    def codegen(context, builder, sig, args):
+        i64v = ir.VectorType(ir.IntType(64), WIDTH)
+        top = builder.and_(builder.lshr(builder.bitcast(args[0], i64v), ir.Constant(i64v, [52] * WIDTH)),
+                           ir.Constant(i64v, [0x7FF] * WIDTH))
+        big = builder.icmp_unsigned(">=", top, ir.Constant(i64v, [0x408] * WIDTH))
+        return builder.icmp_unsigned("!=", builder.bitcast(big, ir.IntType(WIDTH)),
+                                     ir.Constant(ir.IntType(WIDTH), 0))
+
+    return types.boolean(lanes_type), codegen

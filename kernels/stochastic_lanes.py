@@ -30,8 +30,23 @@ from numba import njit
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 from . import observables
 from .attention import USA, gram, normalize_row, normalize_rows, uniform_start
-from .fast_exp import HEAD, TAIL, exp_array
-from .lanes import WIDTH, add, all_normal, div, lane, load, max_of, mul, splat, sqrt, store, sub
+from .fast_exp import HEAD, TAIL
+from .lanes import (
+    WIDTH,
+    add,
+    all_normal,
+    div,
+    exp,
+    exp_is_rare,
+    lane,
+    load,
+    max_of,
+    mul,
+    splat,
+    sqrt,
+    store,
+    sub,
+)
 from .outcomes import finish_trajectory, record_overlaps, resolved_for
 from .stochastic_general import stop
 
@@ -63,13 +78,12 @@ def gram_lanes(xt, g8):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def attention_lanes(xt, g8, n, beta, kind, ahat_t, logscale, expo, wt, tail_work, head_work, mask,
-                    norms):
+def attention_lanes(xt, g8, n, beta, kind, ahat_t, logscale, expo, wt, mask, norms):
     """`attention_fast` (SA, USA) into ahat_t (d, 8), Ahat_i in lane i; logscale (8,) the c_i.
 
     G is symmetric to the bit, so lane i of row j of g8 is <x_i, x_j>: the maxima, exponents
-    and row sums of all tokens run across lanes, j in order. expo, wt, tail_work (8 n,) float64,
-    head_work (8 n,) int64: work; wt[8 j + i] = w_ij. mask (8,): 1 in lanes < n, 0 elsewhere
+    and row sums of all tokens run across lanes, j in order; the exponentials by `lanes.exp`
+    (fast_exp's formula, libm's bits). expo (8,), wt (8 n,): work; wt[8 j + i] = w_ij. mask (8,): 1 in lanes < n, 0 elsewhere
     (x * 1.0 = x exactly, so USA's Ahat is the bare sum as in `finish_row`). norms (8,): output,
     lane j the sum over rows i >= 1 of Ahat^T[i, j]^2 in order (`householder_lanes`' first norm).
     """
@@ -78,16 +92,23 @@ def attention_lanes(xt, g8, n, beta, kind, ahat_t, logscale, expo, wt, tail_work
     m = splat(-np.inf)
     for j in range(n):
         m = max_of(m, mul(bv, load(g8, j * WIDTH)))
+    total = splat(0.0)
     for j in range(n):
-        store(expo, j * WIDTH, sub(mul(bv, load(g8, j * WIDTH)), m))
-    exp_array(expo, wt, n * WIDTH, TAIL, HEAD, tail_work, head_work)
+        e = sub(mul(bv, load(g8, j * WIDTH)), m)
+        wj = exp(e, TAIL, HEAD)
+        if exp_is_rare(e):  # |e| >= 512, inf or NaN: np.exp's own path, as exp_array
+            store(expo, 0, e)
+            store(wt, j * WIDTH, wj)
+            for q in range(WIDTH):
+                if not (abs(expo[q]) < 512.0):
+                    wt[j * WIDTH + q] = np.exp(expo[q])
+            wj = load(wt, j * WIDTH)
+        store(wt, j * WIDTH, wj)
+        total = add(total, wj)
     if kind == USA:
         sv = load(mask, 0)
         store(logscale, 0, sub(m, splat(np.log(n))))
     else:
-        total = splat(0.0)
-        for j in range(n):
-            total = add(total, load(wt, j * WIDTH))
         sv = mul(div(splat(1.0), total), load(mask, 0))
         store(logscale, 0, splat(0.0))
     nrm = splat(0.0)
@@ -290,8 +311,7 @@ def trajectory_lanes(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, e
     norm2, inv, norms = np.zeros(WIDTH), np.ones(WIDTH), np.zeros(WIDTH)
     column = np.empty((1, d))
     logscale = np.zeros(WIDTH)
-    expo, wt, tail_work = np.empty(n * WIDTH), np.empty(n * WIDTH), np.empty(n * WIDTH)
-    head_work = np.empty(n * WIDTH, np.int64)
+    expo, wt = np.empty(WIDTH), np.empty(n * WIDTH)
     sqrt_h = np.sqrt(h)
     buf = np.empty(0)
     pos = 0
@@ -303,8 +323,7 @@ def trajectory_lanes(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, e
             buf = rng.standard_normal(min(batch, layers - layer) * per_layer)
             pos = 0
         gram_lanes(xt, g8)
-        attention_lanes(xt, g8, n, beta, att, at, logscale, expo, wt, tail_work, head_work, mask,
-                        norms)
+        attention_lanes(xt, g8, n, beta, att, at, logscale, expo, wt, mask, norms)
         householder_lanes(at, n, rl, norms)
         noise_lanes(rl, s, buf, pos, dir_t, rs)
         pos += per_layer
