@@ -28,7 +28,7 @@ d in {4, 16, 64} (and n = 2, whose fused path is not split, for context):
   taken along a trajectory (after 1, 500, 1000 and 2000 layers: spread, then collapsed tokens;
   mean over the states of the best of 5 rounds, CPU time of this thread): the draws (a layer's
   share of one buffered draw), the overlaps (`gram_lanes`), the attention (logits, exponentials by
-  `fast_exp`, Ahat), the Householder R, the noise s W^T R, the step with its normalisation, and
+  `lanes.exp`, Ahat), the Householder R, the noise s W^T R, the step with its normalisation, and
   the checkpoint reductions (back to rows + overlaps + class + cluster count; once per
   checkpoint, not per layer). "sum" adds the per-layer parts, "kernel" is the whole kernel per
   step (CPU time).
@@ -198,11 +198,9 @@ def _p_gram(xt, g8, reps):
 
 @njit(nogil=True)
 def _p_attention(xt, g8, at, norms, reps):
-    n = 8
-    logscale, mask = np.zeros(8), np.ones(8)
-    expo, wt, tail, head = np.empty(8 * n), np.empty(8 * n), np.empty(8 * n), np.empty(8 * n, np.int64)
+    logscale, mask, expo, wt = np.zeros(8), np.ones(8), np.empty(8), np.empty(64)
     for _ in range(reps):
-        lanes.attention_lanes(xt, g8, n, BETA, att.SA, at, logscale, expo, wt, tail, head, mask, norms)
+        lanes.attention_lanes(xt, g8, 8, BETA, att.SA, at, logscale, expo, wt, mask, norms)
 
 
 @njit(nogil=True)
@@ -297,7 +295,7 @@ def split(n, d):
 def split_table(splits):
     head = (f"{'n':>3} {'d':>3} | " + " ".join(f"{p:>9}" for p in PARTS)
             + f" | {'sum':>7} {'kernel':>7} | {'checkpoint':>10}")
-    print("per-component split of the general path (gaussian, SA, beta = 1), ns per step")
+    print("per-component split of the lanes path (gaussian, SA, beta = 1), ns per step")
     print(head)
     print("-" * len(head))
     for (n, d), m in splits.items():

@@ -27,7 +27,9 @@ Layer draws are fetched `draw_batch` layers at a time into one buffer; the strea
 concatenation whatever the batch size, so outputs are bit-identical for any `draw_batch`.
 
 Every other run takes the general path, `_trajectory` (`stochastic_general.trajectory`, whose
-exponentials are vectorised by `fast_exp`, bit-identical). Two tokens with gaussian noise (the main
+exponentials are vectorised by `fast_exp`, bit-identical), or for 3 <= n <= 8 with the defaults
+(SA or USA) its bit-identical lanes version, `stochastic_lanes.trajectory_lanes` (one token per
+SIMD lane; `_LANES` switches it off for tests). Two tokens with gaussian noise (the main
 production case) run `_trajectory_pair`: the same
 floating-point operations in the same order as the general `_trajectory`, fused into one pass per
 layer (no helper calls, scratch copies or zero fills), so its results are bit-identical to the

@@ -8,8 +8,9 @@ register (`lanes`): the same operations in the same order per lane, so the same 
 general path (tests/test_kernel_stochastic_lanes.py compares the two on many cells):
 
 - overlaps: row i of G is sum_k x_ki * xt[k, :], eight accumulators over k;
-- attention (SA, USA): the logits' maxima, exponentials (`fast_exp`) and row sums as the general
-  path, per token; Ahat^T[k, :] = sum_j w[:, j] x_jk over j in order, four k side by side;
+- attention (SA, USA): G is symmetric to the bit, so row j of G holds <x_i, x_j> in lane i: the
+  logits' maxima, exponentials (`lanes.exp`, fast_exp's formula) and row sums of all tokens run
+  across lanes, j in order; Ahat^T[k, :] = sum_j w[:, j] x_jk over j in order, four k side by side;
 - Householder R of A = Ahat^T (d x n): A's columns are the lanes, so the dot products
   u^T A[:, j] and the reflections of all columns run as one vector chain over the rows i >= k
   (lanes <= k are reflected too: they are no longer read), and the next column's norm is summed
