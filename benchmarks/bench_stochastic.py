@@ -9,24 +9,29 @@ beta = 1, h = 0.01, gaussian noise path. The default run prints, in one run, at 
 d in {4, 16, 64} (and n = 2, whose fused path is not split, for context):
 
 - kernel: `simulate_stochastic_transformer`, one trajectory per Generator, 2000 layers each;
+  at n = 8 it takes the lanes path (`stochastic_lanes`); general: the same call with the lanes
+  path switched off (`stochastic._LANES`), i.e. the general path that ran n = 8 before it
+  (bit-identical results); x: kernel / general;
 - every rate is timed by the CPU time of the process (all its threads; it is pinned to one
   core), so other load on a shared machine counts little (it still costs caches);
 - rng-bound: the rate if a step cost only drawing its min(n, d)*d normals with the same numpy
   Generator inside njit (buffers of NORMALS_PER_DRAW, as the kernel), nothing else; %: kernel / it;
 - numpy-lit / numpy-qr: plain numpy vectorised over a batch of B = 256 trajectories (B x n x d),
   drawing the literal V_k (B x d x d normals per layer), resp. the exact Gaussian shortcut (batched
-  QR of A, B x n x d normals, as the kernel); x: kernel / the faster of the two;
+  QR of A, B x n x d normals, as the kernel); x: kernel / the faster of the two; x gen: general /
+  the faster of the two;
 - jax: the same model in JAX as a JAX user writes it (float64, jit, the B = 256 batch as a leading
   axis, `lax.scan` over 200 steps, softmax, a Cholesky of the n x n Gram of the attention outputs
   per step, `jax.random.normal`), one core (XLA_FLAGS below); x: kernel / jax. Skipped with a note
   when jax is not installed (`pip install tokensweep[bench]`);
-- the split (n = 8): each part of a general-path layer in isolation, in ns per step, on states
+- the split (n = 8): each part of a lanes-path layer in isolation, in ns per step, on states
   taken along a trajectory (after 1, 500, 1000 and 2000 layers: spread, then collapsed tokens;
   mean over the states of the best of 5 rounds, CPU time of this thread): the draws (a layer's
-  share of one buffered draw), the overlaps (`gram`), the attention (logits, exponentials by
-  `fast_exp`, Ahat), the Householder R, the noise s W^T R, the step with its normalisation, and
-  the checkpoint reductions (overlaps + class + cluster count; once per checkpoint, not per
-  layer). "sum" adds the per-layer parts, "kernel" is the whole kernel per step (CPU time).
+  share of one buffered draw), the overlaps (`gram_lanes`), the attention (logits, exponentials by
+  `lanes.exp`, Ahat), the Householder R, the noise s W^T R, the step with its normalisation, and
+  the checkpoint reductions (back to rows + overlaps + class + cluster count; once per
+  checkpoint, not per layer). "sum" adds the per-layer parts, "kernel" is the whole kernel per
+  step (CPU time).
 
 The process is pinned to one core (sched_setaffinity) when the OS allows it; the load average is
 printed with the table, as the machine may be shared. --threads runs one partition (200
@@ -51,13 +56,14 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
 from tokensweep.kernels import attention as att  # noqa: E402
+from tokensweep.kernels import stochastic  # noqa: E402
+from tokensweep.kernels import stochastic_lanes as lanes  # noqa: E402
 from tokensweep.kernels.outcomes import allocate_outputs, record_overlaps  # noqa: E402
 from tokensweep.kernels.stochastic import (  # noqa: E402
     NORMALS_PER_DRAW,
     simulate_stochastic_states,
     simulate_stochastic_transformer,
 )
-from tokensweep.kernels.stochastic_general import attention_fast  # noqa: E402
 
 BETA, H, B, KERNEL_LAYERS = 1.0, 0.01, 256, 2000
 TARGET_S = 0.25  # seconds per timed measurement
@@ -98,14 +104,19 @@ def numpy_rate(step, n, d):
     return B * layers / elapsed
 
 
-def kernel_rate(noise, n, d, clock=CLOCK):
+def kernel_rate(noise, n, d, clock=CLOCK, use_lanes=True):
+    """Kernel steps per second; use_lanes=False: the general path (`stochastic._LANES` off)."""
     def run(ntraj):
         rngs = [np.random.default_rng([1, i]) for i in range(ntraj)]
-        t0 = clock()
-        simulate_stochastic_transformer(rngs, n=n, d=d, beta=BETA, T=H * KERNEL_LAYERS,
-                                        layers=KERNEL_LAYERS, checkpoint_layers=[KERNEL_LAYERS],
-                                        noise=noise)
-        return clock() - t0
+        stochastic._LANES = use_lanes
+        try:
+            t0 = clock()
+            simulate_stochastic_transformer(rngs, n=n, d=d, beta=BETA, T=H * KERNEL_LAYERS,
+                                            layers=KERNEL_LAYERS, checkpoint_layers=[KERNEL_LAYERS],
+                                            noise=noise)
+            return clock() - t0
+        finally:
+            stochastic._LANES = True
 
     run(1)  # JIT warm-up (or cache load)
     ntraj, elapsed = 1, run(1)
@@ -180,17 +191,16 @@ def _p_draw(rng, per_layer, reps):
 
 
 @njit(nogil=True)
-def _p_gram(x, g, reps):
+def _p_gram(xt, g8, reps):
     for _ in range(reps):
-        att.gram(x, g)
+        lanes.gram_lanes(xt, g8)
 
 
 @njit(nogil=True)
-def _p_attention(x, g, ahat, logscale, w, reps):
-    n = x.shape[0]
-    expo, tail, head = np.empty(n * n), np.empty(n * n), np.empty(n * n, np.int64)
+def _p_attention(xt, g8, at, norms, reps):
+    logscale, mask, expo, wt = np.zeros(8), np.ones(8), np.empty(8), np.empty(64)
     for _ in range(reps):
-        attention_fast(x, g, BETA, att.SA, ahat, logscale, w, expo, tail, head)
+        lanes.attention_lanes(xt, g8, 8, BETA, att.SA, at, logscale, expo, wt, mask, norms)
 
 
 @njit(nogil=True)
@@ -200,28 +210,32 @@ def _p_copy(src, dst, reps):
 
 
 @njit(nogil=True)
-def _p_qr(ahat, a, rfac, reps):
+def _p_qr(ahat_t, at, rl, norms, reps):
     for _ in range(reps):
-        a[:, :] = ahat
-        att.householder_r(a, rfac)
+        at[:, :] = ahat_t
+        lanes.householder_lanes(at, 8, rl, norms)
 
 
 @njit(nogil=True)
-def _p_values(rfac, buf, direction, reps):
+def _p_values(rl, buf, dir_t, reps):
+    rs = np.empty(rl.size)
     for _ in range(reps):
-        att.gaussian_values(rfac, buf, 0, 1.0, direction)
+        lanes.noise_lanes(rl, 1.0, buf, 0, dir_t, rs)
 
 
 @njit(nogil=True)
-def _p_step(x0, x, logscale, direction, norm2, reps):
+def _p_step(xt0, xt, logscale, dir_t, reps):
+    fx, fa, norm2, inv, pad = np.ones(8), np.zeros(8), np.zeros(8), np.ones(8), np.zeros(8)
+    column = np.empty((1, xt.shape[0]))
     for _ in range(reps):
-        x[:, :] = x0
-        att.scaled_step(x, np.sqrt(H), logscale, direction, norm2)
+        xt[:, :] = xt0
+        lanes.step_lanes(xt, 8, att.SA, np.sqrt(H), logscale, dir_t, fx, fa, norm2, inv, pad, column)
 
 
 @njit(nogil=True)
-def _p_checkpoint(x, g, out, reps):
+def _p_checkpoint(xt, x, g, out, reps):
     for _ in range(reps):
+        lanes._to_rows(xt, x)
         att.gram(x, g)
         record_overlaps(g, 1e-3, out, 0, 0)
 
@@ -240,20 +254,22 @@ def best_ns(jobs, reps, rounds=5):
 
 
 def profile_state(x, rng, reps):
-    """ns per call of each component on the state x (n, d)."""
+    """ns per call of each component of the lanes path (n = 8) on the state x (n, d)."""
     n, d = x.shape
     r = min(n, d)
-    g, w = np.empty((n, n)), np.empty((n, n))
-    ahat, logscale = np.empty((n, d)), np.empty(n)
-    att.gram(x, g)
-    att.attention(x, g, BETA, att.SA, ahat, logscale, w)
-    a, rfac = ahat.copy(), np.zeros((r, n))
-    buf, direction, norm2 = rng.standard_normal(r * d), np.empty((n, d)), np.empty(n)
+    xt, g8 = np.ascontiguousarray(x.T), np.zeros((8, 8))
+    ahat_t, norms, rl = np.zeros((d, 8)), np.zeros(8), np.zeros((r, 8))
+    lanes.gram_lanes(xt, g8)
+    _p_attention(xt, g8, ahat_t, norms, 1)
+    lanes.householder_lanes(ahat_t.copy(), n, rl, norms)
+    buf, dir_t = rng.standard_normal(r * d), np.zeros((d, 8))
     out = allocate_outputs(1, 1)
-    t = best_ns([(_p_draw, (rng, r * d)), (_p_gram, (x, g)), (_p_attention, (x, g, ahat, logscale, w)),
-                 (_p_qr, (ahat, a, rfac)), (_p_copy, (ahat, a)), (_p_values, (rfac, buf, direction)),
-                 (_p_step, (x, x.copy(), logscale, direction, norm2)), (_p_copy, (x, x.copy())),
-                 (_p_checkpoint, (x, g, out))], reps)
+    t = best_ns([(_p_draw, (rng, r * d)), (_p_gram, (xt, g8)),
+                 (_p_attention, (xt, g8, ahat_t.copy(), norms.copy())),
+                 (_p_qr, (ahat_t, ahat_t.copy(), rl, norms)), (_p_copy, (ahat_t, ahat_t.copy())),
+                 (_p_values, (rl, buf, dir_t)), (_p_step, (xt, xt.copy(), np.zeros(8), dir_t)),
+                 (_p_copy, (xt, xt.copy())), (_p_checkpoint, (xt, x.copy(), np.empty((n, n)), out))],
+                reps)
     per_batch = max(1, NORMALS_PER_DRAW // (r * d))
     return {"draws": t[0] / per_batch, "gram": t[1], "attention": t[2], "R": t[3] - t[4],
             "noise": t[5], "step": t[6] - t[7], "checkpoint": t[8]}
@@ -279,7 +295,7 @@ def split(n, d):
 def split_table(splits):
     head = (f"{'n':>3} {'d':>3} | " + " ".join(f"{p:>9}" for p in PARTS)
             + f" | {'sum':>7} {'kernel':>7} | {'checkpoint':>10}")
-    print("per-component split of the general path (gaussian, SA, beta = 1), ns per step")
+    print("per-component split of the lanes path (gaussian, SA, beta = 1), ns per step")
     print(head)
     print("-" * len(head))
     for (n, d), m in splits.items():
@@ -327,23 +343,26 @@ def main():
           f"NUMBA_NUM_THREADS={os.environ['NUMBA_NUM_THREADS']}, BLAS threads 1, B = {B}, "
           f"pinned to core {core}, load average {os.getloadavg()[0]:.2f}")
     t_start = time.perf_counter()
-    head = (f"{'n':>3} {'d':>3} | {'kernel':>9} | {'rng-bound':>9} {'%':>4} | {'numpy-lit':>9} "
-            f"{'numpy-qr':>9} {'x':>5} | {'jax':>9} {'x':>5}")
+    head = (f"{'n':>3} {'d':>3} | {'kernel':>9} | {'general':>9} {'x':>5} | {'rng-bound':>9} {'%':>4} "
+            f"{'% gen':>5} | {'numpy-lit':>9} {'numpy-qr':>9} {'x':>5} {'x gen':>5} | {'jax':>9} {'x':>5}")
     print("trajectory-steps per second (gaussian noise path)")
     print(head)
     print("-" * len(head))
     no_jax = False
     for n, d in ((2, 4), (2, 16), (2, 64), (8, 4), (8, 16), (8, 64)):
         kernel = kernel_rate("gaussian", n, d)
+        general = kernel_rate("gaussian", n, d, use_lanes=False) if n > 2 else kernel
         bound = rng_bound(n, d)
         np_lit = numpy_rate(numpy_step_literal, n, d)
         np_qr = numpy_rate(numpy_step_qr, n, d)
         jax = jax_rate(n, d)
         no_jax = jax is None
         jax_cols = f"{'-':>9} {'-':>5}" if no_jax else f"{jax:>9.3g} {kernel / jax:>5.1f}"
-        print(f"{n:>3} {d:>3} | {kernel:>9.3g} | {bound:>9.3g} {100 * kernel / bound:>4.0f} | "
-              f"{np_lit:>9.3g} {np_qr:>9.3g} {kernel / max(np_lit, np_qr):>5.1f} | {jax_cols}",
-              flush=True)
+        best_numpy = max(np_lit, np_qr)
+        print(f"{n:>3} {d:>3} | {kernel:>9.3g} | {general:>9.3g} {kernel / general:>5.2f} | "
+              f"{bound:>9.3g} {100 * kernel / bound:>4.0f} {100 * general / bound:>5.0f} | "
+              f"{np_lit:>9.3g} {np_qr:>9.3g} {kernel / best_numpy:>5.1f} {general / best_numpy:>5.1f} | "
+              f"{jax_cols}", flush=True)
     if no_jax:
         print("jax is not installed: the JAX column is skipped (pip install 'tokensweep[bench]')")
     print()

@@ -27,7 +27,9 @@ Layer draws are fetched `draw_batch` layers at a time into one buffer; the strea
 concatenation whatever the batch size, so outputs are bit-identical for any `draw_batch`.
 
 Every other run takes the general path, `_trajectory` (`stochastic_general.trajectory`, whose
-exponentials are vectorised by `fast_exp`, bit-identical). Two tokens with gaussian noise (the main
+exponentials are vectorised by `fast_exp`, bit-identical), or for 3 <= n <= 8 with the defaults
+(SA or USA) its bit-identical lanes version, `stochastic_lanes.trajectory_lanes` (one token per
+SIMD lane; `_LANES` switches it off for tests). Two tokens with gaussian noise (the main
 production case) run `_trajectory_pair`: the same
 floating-point operations in the same order as the general `_trajectory`, fused into one pass per
 layer (no helper calls, scratch copies or zero fills), so its results are bit-identical to the
@@ -96,12 +98,14 @@ from .outcomes import (
 from .stochastic_general import GAUSSIAN, LITERAL
 from .stochastic_general import stop as _stop
 from .stochastic_general import trajectory as _trajectory
+from .stochastic_lanes import MAX_TOKENS, trajectory_lanes
 from .stochastic_options import NO_QK, SCHEMES, VALUE_LAWS, check_options, query_key
 
 ATTENTIONS = vocabulary.STOCHASTIC_ATTENTIONS
 NOISES = vocabulary.NOISES
 NORMALS_PER_DRAW = 4096  # default buffer size (normals), when draw_batch is not given
 _SPECIALISE = True  # n = 2 gaussian runs use _trajectory_pair (bit-identical); tests switch it off
+_LANES = True  # 3 <= n <= 8 runs of the defaults use trajectory_lanes (bit-identical); idem
 _FAST_EXP = None  # whether fast_exp reproduces libm's exp here: checked once, at the first run
 
 __all__ = [
@@ -298,6 +302,9 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
     trajectory = _trajectory_pair if (n == 2 and code == GAUSSIAN and _SPECIALISE and default) \
         else _trajectory
     fast = _fast_exp()
+    if (trajectory is _trajectory and _LANES and fast and code == GAUSSIAN and default
+            and att != CAUSAL_SA and 3 <= n <= MAX_TOKENS):
+        trajectory = trajectory_lanes
 
     def run_one(r):
         x = np.empty((n, d)) if x0 is None else x0[r].copy()
@@ -316,6 +323,8 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
             trajectory_sde(*args[:5], *args[6:], m)
         elif trajectory is _trajectory:
             _trajectory(*args, law, m, fast)
+        elif trajectory is trajectory_lanes:
+            trajectory_lanes(*args[:5], *args[6:])
         else:
             trajectory(*args)
 

@@ -234,7 +234,8 @@ def test_two_token_path_is_bit_identical_to_general_path(monkeypatch, d, attenti
 
 
 def test_two_token_gaussian_runs_use_the_fused_path(monkeypatch):
-    """The dispatch: n = 2 gaussian never reaches the general kernel; literal and n = 3 do."""
+    """The dispatch: n = 2 gaussian never reaches the general kernel; literal and n = 3 causal_sa
+    do (n = 3 SA / USA take the lanes path, tests/test_kernel_stochastic_lanes.py)."""
     calls = []
     general = stochastic._trajectory
 
@@ -247,7 +248,8 @@ def test_two_token_gaussian_runs_use_the_fused_path(monkeypatch):
     simulate_stochastic_transformer([np.random.default_rng(0)], n=2, noise="gaussian", **kw)
     assert calls == []
     simulate_stochastic_transformer([np.random.default_rng(0)], n=2, noise="literal", **kw)
-    simulate_stochastic_transformer([np.random.default_rng(0)], n=3, noise="gaussian", **kw)
+    simulate_stochastic_transformer([np.random.default_rng(0)], n=3, noise="gaussian",
+                                    attention="causal_sa", **kw)
     assert calls == [(2, 3), (3, 3)]
 
 
