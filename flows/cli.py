@@ -34,6 +34,7 @@ from ..pipeline.scales import scales_of
 from ..pipeline.spec import CATALOG, SpecError, estimated_store_bytes, format_bytes, load_sweep, read_spec
 from ..pipeline.store import DONE, FAILED, PENDING, StoreError, spec_differences, stored_sweep, \
     NEW_STORE_HINT, read_status
+from .fast_exit import exit_now
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Phase diagrams of token clustering in deep Transformers.")
@@ -270,7 +271,8 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
     batch = batch and fit_to_work(batch, todo)
     if not quiet:
         where = batch.describe() if batch else f"the cluster at {scheduler}" if scheduler else \
-            f"{max(1, min(workers or os.cpu_count() or 1, todo))} local workers"  # no idle ones
+            f"{min(workers or os.cpu_count() or 1, todo)} local workers" if todo > 1 else \
+            "this process (no cluster)"  # no idle workers; nor a cluster for one partition
         logs = "" if verbose else f" (logs: {log})"
         typer.echo(f"{sweep.name}: {todo} of {total} partitions to run into {store} on {where}{logs}")
         if scheduler is None and batch is None and _kernels_cold():
@@ -710,7 +712,7 @@ def main():
                        "tokensweep: please report it; TOKENSWEEP_DEBUG=1 shows the traceback)",
                        err=True)
             code = 1
-    return code or 0
+    exit_now(code or 0)  # no interpreter teardown: up to a second after a sweep
 
 
 if __name__ == "__main__":
