@@ -34,12 +34,14 @@ from ..pipeline.scales import scales_of
 from ..pipeline.spec import CATALOG, SpecError, estimated_store_bytes, format_bytes, load_sweep, read_spec
 from ..pipeline.store import DONE, FAILED, PENDING, StoreError, spec_differences, stored_sweep, \
     NEW_STORE_HINT, read_status
+from .cluster_cmd import cluster_app
 from .fast_exit import exit_now
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Phase diagrams of token clustering in deep Transformers.")
 server_app = typer.Typer(help="The local Prefect server (UI at its URL without /api).")
 app.add_typer(server_app, name="server")
+app.add_typer(cluster_app, name="cluster")
 
 # Defaults that are not plain values are shown with show_default: typer's help renders text
 # like "[default: x]" inside a help string as rich markup, i.e. drops it.
@@ -178,11 +180,14 @@ def _report_crashed(store: Path | str) -> None:
         typer.echo(done, err=True)
 
 
-def _scheduler(scheduler: Optional[str], scheduler_file: Optional[str]) -> Optional[str]:
+def _scheduler(scheduler: Optional[str], scheduler_file: Optional[str],
+               warm: bool = False) -> Optional[str]:
+    """The scheduler asked for; else, if `warm`, the warm cluster's (`tokensweep cluster start`)."""
     from .run import ClusterError, resolve_scheduler
+    from .warm_cluster import warm_scheduler
 
     try:
-        return resolve_scheduler(scheduler, scheduler_file)
+        return resolve_scheduler(scheduler, scheduler_file) or (warm_scheduler() if warm else None)
     except ClusterError as err:
         _fail(str(err))
 
@@ -349,8 +354,8 @@ def run(
         sweep = resolve_run(spec, store, partition_traj, scale=scale)
     except (SpecError, StoreError) as err:
         _fail(str(err))
-    _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
-             progress=progress, quiet=quiet, verbose=verbose, batch=batch)
+    _execute(sweep, workers=workers, progress=progress, quiet=quiet, verbose=verbose, batch=batch,
+             scheduler=_scheduler(scheduler, scheduler_file, warm=workers is None and batch is None))
 
 
 @app.command()
@@ -383,8 +388,9 @@ def rerun(
         _refuse_if_locked(_store(store))
     except StoreError as err:
         _fail(str(err))
-    _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
-             failed_only=failed_only, progress=progress, quiet=quiet, verbose=verbose, batch=batch)
+    _execute(sweep, workers=workers, failed_only=failed_only, progress=progress, quiet=quiet,
+             verbose=verbose, batch=batch,
+             scheduler=_scheduler(scheduler, scheduler_file, warm=workers is None and batch is None))
 
 
 # -- looking before running: catalog and plan ---------------------------------------------------
