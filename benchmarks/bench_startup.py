@@ -1,7 +1,7 @@
 """Fixed start-up of a sweep, and what a partition's started..finished span adds to its kernel.
 
     $ python benchmarks/bench_startup.py              # all of it (~3 min on 2 quiet cores)
-    $ python benchmarks/bench_startup.py tiny parts   # some: tiny | parts | speedup | partition | batch
+    $ python benchmarks/bench_startup.py tiny parts   # some: tiny|parts|speedup|warm|partition|batch
 
 * tiny: `tokensweep run tiny.yaml` end to end (one trajectory, the Prefect server running, numba's
   cache warm: a first run warms both and is not counted), with its timeline read from STORE.log:
@@ -12,6 +12,8 @@
   2-worker LocalCluster's start and close, the report of the tiny cube.
 * speedup: a ~30-second sweep (8 equal partitions) end to end on 1 and on 2 local workers, start-up
   included. Target: >= 1.7x.
+* warm: tiny and the 30-second sweep on a warm cluster (`tokensweep cluster start`) of 1, then 2
+  workers: no worker start-up nor close in the sweep.
 * partition: one partition of 2048 trajectories at n = d = 32 (sphere_flow, one checkpoint): the
   bare kernel (model.simulate on ready generators) against `run_partition`'s started..finished
   span, in particle-steps/s. Target: the span within ~10 % of the kernel.
@@ -165,13 +167,56 @@ def parts() -> None:
         print(f"parts: report of the tiny cube (imports included): {took['s']:.2f} s")
 
 
+def partition_spans(store: Path) -> tuple[float, float, float]:
+    """(sum of the partitions' started..finished spans, first start, last finish) of a store."""
+    import zarr
+
+    group = zarr.open_group(str(store), mode="r")
+    started, finished = (group[name][...].ravel() for name in ("started", "finished"))
+    return float((finished - started).sum()), float(started.min()), float(finished.max())
+
+
 def speedup() -> None:
+    """Besides the two walls: the partitions' summed spans (kernel + write) and the fixed part
+    (wall minus first start..last finish). Spans longer on 2 workers than on 1 mean the two
+    did not get two cores (the machine's other load, the flow's process, the Prefect server):
+    then no start-up cut reaches 2x; `cores used` = summed spans / (last finish - first start)."""
     spec, walls = write_spec(THIRTY, "thirty"), {}
     run_cli(write_spec(TINY, "warm"), FOLDER / "warm.zarr")
     for workers in (1, 2):
-        walls[workers] = run_cli(spec, FOLDER / f"thirty-{workers}.zarr", "--workers", str(workers))[2]
-        print(f"speedup: {workers} worker(s): {walls[workers]:.1f} s end to end")
+        store = FOLDER / f"thirty-{workers}.zarr"
+        start, _, walls[workers] = run_cli(spec, store, "--workers", str(workers))
+        spans, first, last = partition_spans(store)
+        print(f"speedup: {workers} worker(s): {walls[workers]:.1f} s end to end; partitions "
+              f"{spans:.1f} s summed, computing {first - start:.1f}..{last - start:.1f} s "
+              f"(cores used {spans / (last - first):.2f}), fixed {walls[workers] - (last - first):.1f} s")
     print(f"speedup: 2 workers over 1: {walls[1] / walls[2]:.2f}x (target >= 1.7x)")
+
+
+def warm() -> None:
+    """tiny and the 30-second sweep on a warm cluster (`tokensweep cluster start --workers N`,
+    kept in a temporary TOKENSWEEP_HOME; the Prefect server is the usual one): 1 then 2 workers."""
+    from tokensweep.flows.server import ensure_server
+
+    env = {"PREFECT_API_URL": ensure_server(), "TOKENSWEEP_HOME": str(FOLDER / "home")}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    tiny_spec, spec, walls = write_spec(TINY, "tiny-warm"), write_spec(THIRTY, "thirty-warm"), {}
+    try:
+        for workers in (1, 2):
+            subprocess.run([*tokensweep(), "cluster", "start", "--workers", str(workers)], check=True,
+                           capture_output=True)
+            run_cli(tiny_spec, FOLDER / "tiny-warm.zarr")  # each worker's first partition loads numba's cache
+            tiny = min(run_cli(tiny_spec, FOLDER / "tiny-warm.zarr")[2] for _ in range(2))
+            walls[workers] = run_cli(spec, FOLDER / f"thirty-warm-{workers}.zarr")[2]
+            print(f"warm: {workers} warm worker(s): tiny {tiny:.2f} s, "
+                  f"30-second sweep {walls[workers]:.1f} s end to end")
+            subprocess.run([*tokensweep(), "cluster", "stop"], capture_output=True)
+    finally:
+        subprocess.run([*tokensweep(), "cluster", "stop"], capture_output=True)
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    print(f"warm: 2 warm workers over 1: {walls[1] / walls[2]:.2f}x (target >= 1.7x)")
 
 
 def partition() -> None:
@@ -242,7 +287,8 @@ def batch() -> None:
           f" ms per partition; Prefect's per-task cost not included)")
 
 
-PARTS = {"tiny": tiny, "parts": parts, "speedup": speedup, "partition": partition, "batch": batch}
+PARTS = {"tiny": tiny, "parts": parts, "speedup": speedup, "warm": warm, "partition": partition,
+         "batch": batch}
 
 
 def main(names: list[str]) -> None:

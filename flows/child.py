@@ -221,4 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .fast_exit import exit_now
+
+    try:
+        code = main()
+    except KeyboardInterrupt:  # the parent's Ctrl-C: a partition running in a thread of this
+        code = 130  # process (flows/in_process.py) must not hold the exit until it ends
+    exit_now(code)

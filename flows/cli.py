@@ -33,11 +33,14 @@ from ..pipeline.store import DONE, FAILED, StoreError, spec_differences, stored_
 from .options import (AccountOpt, ClusterOpt, CoresOpt, JobsOpt, MemoryOpt, PartitionOpt,
                       ProfileOpt, ProgressOpt, QueueOpt, QuietOpt, ScaleOpt, SchedulerFileOpt,
                       SchedulerOpt, SpecArg, StoreArg, StoreOpt, VerboseOpt, WalltimeOpt, WorkersOpt)
+from .cluster_cmd import cluster_app
+from .fast_exit import exit_now
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Phase diagrams of token clustering in deep Transformers.")
 server_app = typer.Typer(help="The local Prefect server (UI at its URL without /api).")
 app.add_typer(server_app, name="server")
+app.add_typer(cluster_app, name="cluster")
 
 
 
@@ -136,11 +139,14 @@ def _report_crashed(store: Path | str) -> None:
         typer.echo(done, err=True)
 
 
-def _scheduler(scheduler: Optional[str], scheduler_file: Optional[str]) -> Optional[str]:
+def _scheduler(scheduler: Optional[str], scheduler_file: Optional[str],
+               warm: bool = False) -> Optional[str]:
+    """The scheduler asked for; else, if `warm`, the warm cluster's (`tokensweep cluster start`)."""
     from .run import ClusterError, resolve_scheduler
+    from .warm_cluster import warm_scheduler
 
     try:
-        return resolve_scheduler(scheduler, scheduler_file)
+        return resolve_scheduler(scheduler, scheduler_file) or (warm_scheduler() if warm else None)
     except ClusterError as err:
         _fail(str(err))
 
@@ -229,7 +235,8 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
     batch = batch and fit_to_work(batch, todo)
     if not quiet:
         where = batch.describe() if batch else f"the cluster at {scheduler}" if scheduler else \
-            f"{max(1, min(workers or os.cpu_count() or 1, todo))} local workers"  # no idle ones
+            f"{min(workers or os.cpu_count() or 1, todo)} local workers" if todo > 1 else \
+            "this process (no cluster)"  # no idle workers; nor a cluster for one partition
         logs = "" if verbose else f" (logs: {log})"
         typer.echo(f"{sweep.name}: {todo} of {total} partitions to run into {store} on {where}{logs}")
         if scheduler is None and batch is None and _kernels_cold():
@@ -306,8 +313,8 @@ def run(
         sweep = resolve_run(spec, store, partition_traj, scale=scale)
     except (SpecError, StoreError) as err:
         _fail(str(err))
-    _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
-             progress=progress, quiet=quiet, verbose=verbose, batch=batch)
+    _execute(sweep, workers=workers, progress=progress, quiet=quiet, verbose=verbose, batch=batch,
+             scheduler=_scheduler(scheduler, scheduler_file, warm=workers is None and batch is None))
 
 
 @app.command()
@@ -340,8 +347,9 @@ def rerun(
         _refuse_if_locked(_store(store))
     except StoreError as err:
         _fail(str(err))
-    _execute(sweep, workers=workers, scheduler=_scheduler(scheduler, scheduler_file),
-             failed_only=failed_only, progress=progress, quiet=quiet, verbose=verbose, batch=batch)
+    _execute(sweep, workers=workers, failed_only=failed_only, progress=progress, quiet=quiet,
+             verbose=verbose, batch=batch,
+             scheduler=_scheduler(scheduler, scheduler_file, warm=workers is None and batch is None))
 
 
 @app.command()
@@ -448,7 +456,7 @@ def main():
                        "tokensweep: please report it; TOKENSWEEP_DEBUG=1 shows the traceback)",
                        err=True)
             code = 1
-    return code or 0
+    exit_now(code or 0)  # no interpreter teardown: up to a second after a sweep
 
 
 if __name__ == "__main__":

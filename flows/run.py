@@ -98,19 +98,25 @@ def task_runner(workers: int | None = None, scheduler: str | None = None):
                           cluster_kwargs=local_cluster_kwargs(workers))
 
 
+# At most this many partitions left: no cluster, they run in the flow's process (in_process.py)
+IN_PROCESS_PARTITIONS = 1
+
+
 @contextmanager
 def early_task_runner(workers: int | None, spec: dict, store: str):
     """A DaskTaskRunner whose LocalCluster starts now, in the background, while this process
     imports Prefect and creates the flow run (the runner waits for it at the first task); the
     cluster is closed on leaving the block, whatever happened. No more workers than partitions
-    to run; a store with nothing left to run starts no cluster (a finished sweep's resume stays
-    cheap)."""
+    to run; a store with at most one partition left to run starts no cluster: that partition
+    runs in this process (`InProcessTaskRunner`), and a finished sweep's resume stays cheap."""
+    pending = partitions_to_run(spec, store)
+    if pending <= IN_PROCESS_PARTITIONS:
+        from .in_process import InProcessTaskRunner
+
+        yield InProcessTaskRunner()
+        return
     from prefect_dask import DaskTaskRunner
 
-    pending = partitions_to_run(spec, store)
-    if not pending:
-        yield task_runner(workers)
-        return
     global _starting
     with ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as pool:
         workers = min(workers or os.cpu_count() or 1, pending)

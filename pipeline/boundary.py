@@ -59,7 +59,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from scipy import stats
 
 from .analysis.antipodal import antipodal_table, any_antipodal_table
 from .analysis.stats import wilson_interval
@@ -100,6 +99,8 @@ class Design:
 
     @property
     def z(self) -> float:
+        from scipy import stats  # here: the CLI imports this module, scipy.stats costs ~0.5 s
+
         return float(stats.norm.ppf(1 - (1 - self.confidence) / self.looks))
 
 

@@ -130,7 +130,7 @@ OFF_FLAGS = {"--help", "--version", "--quiet", "--verbose", "--failed-only"}  # 
 
 
 @pytest.mark.parametrize("command", ["", "run", "rerun", "plan", "status", "report", "unlock",
-                                     "catalog", "models", "serve", "server start"])
+                                     "catalog", "models", "serve", "server start", "cluster start"])
 def test_every_help_shows_the_defaults(command, tmp_path):
     result = tokensweep(*command.split(), "--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

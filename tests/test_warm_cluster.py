@@ -1,0 +1,73 @@
+"""The warm local cluster (`tokensweep cluster start|status|stop`, flows/warm_cluster.py).
+
+Real parts: the session's Prefect server, a real `dask scheduler` and `dask worker` started by
+the command, the real `tokensweep` as a subprocess. TOKENSWEEP_HOME is the session's temp folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+import xarray as xr
+
+from conftest import TINY, output_cube, reference_cube
+
+
+def test_no_record_or_other_code_is_no_warm_cluster(tmp_path, monkeypatch):
+    from tokensweep.flows import warm_cluster
+
+    monkeypatch.setenv("TOKENSWEEP_HOME", str(tmp_path))
+    assert warm_cluster.warm_scheduler() is None
+    (tmp_path / "dask-cluster.json").write_text(json.dumps({"pids": [], "code": "older"}))
+    assert warm_cluster.warm_scheduler() is None
+    assert warm_cluster.code_digest() == warm_cluster.code_digest() != "older"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@pytest.mark.slow
+def test_run_uses_the_warm_cluster_until_it_is_stopped_or_stale(
+        prefect_server, cli, write_spec, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("TOKENSWEEP_HOME", str(home))
+    spec = write_spec(TINY)
+    started = cli("cluster", "start", "--workers", "2")
+    try:
+        assert started.returncode == 0, started.stderr
+        address = started.stdout.strip()
+        assert address.startswith("tcp://127.0.0.1:")
+        assert cli("cluster", "status").stdout.strip() == address
+        assert cli("cluster", "start").stdout.strip() == address  # kept, not a second one
+
+        warm = cli("run", spec, "--store", tmp_path / "warm.zarr", "--no-progress")
+        assert warm.returncode == 0, warm.stderr
+        assert f"on the cluster at {address}" in warm.stdout
+        xr.testing.assert_identical(output_cube(tmp_path / "warm.zarr"),
+                                    reference_cube(TINY, tmp_path / "reference.zarr"))
+        local = cli("run", spec, "--store", tmp_path / "local.zarr", "--workers", "2", "--no-progress")
+        assert local.returncode == 0 and "on 2 local workers" in local.stdout, local.stderr  # its own
+
+        record = json.loads((home / "dask-cluster.json").read_text())
+        pids = record["pids"]
+        # started from other code (an upgrade, an edited source): not used, its workers run that code
+        (home / "dask-cluster.json").write_text(json.dumps({**record, "code": "older"}))
+        assert cli("cluster", "status").stdout.startswith("no warm cluster")
+        stale = cli("run", spec, "--store", tmp_path / "stale.zarr", "--no-progress")
+        assert stale.returncode == 0 and " local workers (logs" in stale.stdout, stale.stderr
+    finally:
+        stopped = cli("cluster", "stop")
+    assert stopped.stdout.strip() == "stopped"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(map(_alive, pids)):
+        time.sleep(0.2)
+    assert not any(map(_alive, pids))
+    assert cli("cluster", "stop").stdout.strip() == "no warm cluster is running"
