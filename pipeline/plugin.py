@@ -64,8 +64,8 @@ Section = Callable[[ReportInput], Part]
 CLOSED_FORMS = {
     "antipodal_probability": "(sweep, cells: {axis: array}) -> P(antipodal) per cell, NaN where none",
     "critical_beta": "(sweep, d) -> beta above which antipodal states attract (dashed line)",
-    "finite_time_outcomes": "(sweep, cells, t) -> (P(antipodal), P(single), P(unresolved)) at time t, "
-                            "shape (3, cells...), the backward equation; NaN where none",
+    "finite_time_outcomes": "(sweep, cells, t) -> (P(antipodal), P(single), P(unresolved)) at time(s) t, "
+                            "shape (3, cells..., t's shape), the backward equation; NaN where none",
     "threshold_curves": "(sweep, beta array) -> [(label, style, sigma values)] over a (beta, sigma) map",
     "merge_time": "(sweep, cell) -> t* at which the merged fraction should cross, or None",
     "equiangular_overlap": "(sweep, times, cell) -> the overlap of an equiangular start, or None",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_report_html import CHROMIUM, NO_CHROMIUM, assert_self_contained, browse
 
 from tokensweep.pipeline import theory
 from tokensweep.pipeline.analysis.overlaps import log_gap_rate, sharp_table, token2_table, tracking_table
@@ -146,3 +147,12 @@ def test_no_overlap_section_where_no_closed_form_applies(tmp_path):
     _, _, paths = cube_and_report(spec, tmp_path)
     text = Path(paths["report"]).read_text()
     assert "## Sharp" not in text and "## Random starts" not in text and "## Causal" not in text
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_the_overlap_figures_load_in_chromium(tmp_path):
+    spec = entry("rst-causal-identity", grid={"beta": 1.0, "d": 3, "n": 2, "rho0": [-0.5, 0.5]}, trajectories=1)
+    _, _, paths = cube_and_report(spec, tmp_path)
+    figures = [name for name in paths if name not in ("report", "html", "summary")]
+    assert "token2" in figures
+    assert_self_contained(browse(Path(paths["html"]), tmp_path), len(figures))
