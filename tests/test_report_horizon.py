@@ -58,3 +58,31 @@ def test_finite_time_outcomes_take_an_array_of_times(horizon):
     for k, t in enumerate(times):
         # a shorter span takes other BDF steps (rtol 1e-6, atol 1e-9 per node): equal to ~1e-8
         np.testing.assert_allclose(together[..., k], form(cells, float(t)), rtol=0, atol=1e-7)
+
+
+# -- [F26] Fig. 4: the dominant outcome over (beta, sigma) ---------------------------------------
+
+def test_dominant_outcome_is_the_theory_phase_away_from_the_boundary(tmp_path):
+    from tokensweep.pipeline import theory
+    from tokensweep.pipeline.report.dominant import OUTCOMES, dominant_table
+
+    # sigma_c(0.5) = 1.10, sigma_c(1.5) = 0.67: 0.2 and 2.0 lie far from the curve, 0.3 and 1.9 next
+    # to a cell of the other phase (near the boundary by the section's rule)
+    spec = entry("fedorov2026-fig4", grid={"beta": [0.5, 1.5], "sigma": [0.2, 0.3, 1.9, 2.0], "d": 3, "n": 2},
+                 trajectories=32)
+    sweep, store, paths = cube_and_report(spec, tmp_path)
+    assert Path(paths["dominant"]).stat().st_size > 1000
+    with open_cube(store) as ds:
+        table = dominant_table(ds).squeeze(["d", "n"])
+    for beta in (0.5, 1.5):
+        for sigma in (0.2, 0.3, 1.9, 2.0):
+            cell = table.sel(beta=beta, sigma=sigma)
+            p = float(theory.hybrid_antipodal_probability(beta, sigma, "usa", 3))
+            assert float(cell.theory) == p and OUTCOMES[int(cell.phase)] == ("antipodal" if p > 0.5 else "single")
+            assert bool(cell.near_boundary) == (sigma in (0.3, 1.9))
+            o = theory_finite.hybrid_outcomes(sweep.time.T, beta, sigma, "usa", 3, sweep.eps)
+            assert int(cell.phase_t) == int(np.argmax([o.unresolved, o.single, o.antipodal]))
+            if sigma in (0.2, 2.0):  # far from sigma_c the fraction of the phase is ~1: no sampling doubt
+                assert int(cell.dominant) == int(cell.phase)
+    text = section(paths, "## Dominant outcome over (beta, sigma)")
+    assert "in **4 of 4** cells away from the boundary" in text
