@@ -116,11 +116,12 @@ def sharp_table(ds: xr.Dataset, overlaps=None) -> xr.Dataset | None:
     eps = float(ds.attrs.get("eps", 1e-3))
     last = dev.isel(t=-1, drop=True)
     within = ((last <= eps) & keep).sum("traj") / keep.sum("traj").where(keep.sum("traj") > 0)
+    before = dev.isel(t=-2, drop=True).max("traj") if omin.sizes["t"] > 1 else last.max("traj") * np.nan
     return xr.Dataset({
         "expected_min": low, "expected_max": high,
-        "min_T": omin.isel(t=-1, drop=True).where(keep).mean("traj"), "max_T": omax.isel(t=-1, drop=True).where(keep).mean("traj"),
-        "dev_T": last.max("traj"), "dev_before": dev.isel(t=-2, drop=True).max("traj") if omin.sizes["t"] > 1
-        else last.max("traj") * np.nan, "within": within, "n_traj": keep.sum("traj")},
+        "min_T": omin.isel(t=-1, drop=True).where(keep).mean("traj"),
+        "max_T": omax.isel(t=-1, drop=True).where(keep).mean("traj"),
+        "dev_T": last.max("traj"), "dev_before": before, "within": within, "n_traj": keep.sum("traj")},
         attrs={"eps": eps, "t_before": float(omin.t.values[-2]) if omin.sizes["t"] > 1 else np.nan}).compute()
 
 

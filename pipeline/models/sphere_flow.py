@@ -265,7 +265,8 @@ class SphereFlow(Model):
 
     def sharp_overlaps(self, sweep, n, d):
         """The overlaps of the sharp configuration V = -I settles on ([GLPR-P] section 9.1), or None."""
-        if sweep.attention not in CLOSED_FORM_ATTENTIONS or not self.plain(sweep, "minus_identity"):
+        if (sweep.attention not in CLOSED_FORM_ATTENTIONS or not self.plain(sweep, "minus_identity")
+                or int(n) < 2 or int(d) < 2):
             return None
         from ..theory_sharp import sharp_overlaps
         return sharp_overlaps(n, d)

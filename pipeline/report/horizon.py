@@ -40,13 +40,13 @@ def horizon_table(ds: xr.Dataset, level: float = 0.95, dense: int = N_TIMES) -> 
     form = closed_form(ds, "finite_time_outcomes")
     if form is None or "cluster_class" not in ds or ds.sizes.get("t", 1) < 2:
         return None
+    if _cells(ds) > MAX_CELLS:
+        return None
     times = ds.t.values.astype(float)
     table = xr.concat([antipodal_table(ds, t=t, level=level, finite_t=False) for t in times], dim="t")
     dims = row_order([d for d in table.n_traj.dims if d != "t"])
     table = table.transpose(*dims, "t")
     first = table.n_traj.isel(t=0, drop=True)
-    if first.size > MAX_CELLS:
-        return None
     t_dense = np.union1d(np.linspace(0.0, times.max(), dense)[1:], times)
     probs = np.asarray(form(cells_of(table, dims, first), t_dense), float)  # (3, cells..., t_dense)
     if not np.isfinite(probs).any():
@@ -66,16 +66,19 @@ def horizon_table(ds: xr.Dataset, level: float = 0.95, dense: int = N_TIMES) -> 
     return table
 
 
+def _cells(ds: xr.Dataset) -> int:
+    return int(np.prod([n for d, n in ds["cluster_class"].sizes.items() if d not in ("t", "traj")]))
+
+
 def horizon_section(report: ReportInput) -> Part:
     ds = report.ds
     if "cluster_class" not in ds or ds.sizes.get("t", 1) < 2 or closed_form(ds, "finite_time_outcomes") is None:
         return Part([], {})
+    if _cells(ds) > MAX_CELLS:
+        return Part([f"P(antipodal) over the checkpoints against the finite-T theory: not drawn for "
+                     f"{_cells(ds)} cells (more than {MAX_CELLS} backward-equation solves).", ""], {})
     table = horizon_table(ds, report.level)
     if table is None:
-        cells = int(np.prod([n for d, n in ds["cluster_class"].sizes.items() if d not in ("t", "traj")]))
-        if cells > MAX_CELLS:
-            return Part([f"P(antipodal) over the checkpoints against the finite-T theory: not drawn for "
-                         f"{cells} cells (more than {MAX_CELLS} backward-equation solves).", ""], {})
         return Part([], {})
     dims = [d for d in table.n_traj.dims if d != "t"]
     judged = table.theory_t.notnull() & (table.n_traj > 0)

@@ -54,7 +54,8 @@ def tracking_section(report: ReportInput) -> Part:
         "of the overlaps pooled over the n(n-1)/2 pairs and the trajectories, from the recorded histogram "
         f"(exact to half a bin, {table.attrs['half_bin']:.3g}). max |mean - γ| over checkpoints; "
         "sqrt(d) max |mean - γ| stays of order one where the deviation shrinks like 1/sqrt(d); "
-        "5-95 % width at the first checkpoint; checkpoints at which γ(t) lies inside the 1-99 % band (widened by half a bin).", "",
+        "5-95 % width at the first checkpoint; checkpoints at which γ(t) lies inside the 1-99 % band "
+        "(widened by half a bin).", "",
         rows_table(dims + ["N", "max abs(mean - γ)", "at t", "sqrt(d) max dev", "5-95 % width (t0)",
                            "γ inside 1-99 %"], rows), "",
         "![tracking](tracking.png)", ""]
