@@ -4,7 +4,8 @@ the sweep flow.
 Every round of the search is one run of the Prefect ``sweep`` flow (`run.run_sweep`) that grows the
 store of one value of the other axes; all rounds share one local Dask cluster, started here once
 (a cluster per round would cost seconds each). Stores: ``NAME.boundary/<cell>.zarr`` beside the
-spec's store (or under --store). Interrupted, the same command resumes: the search replays its
+spec's store (or under --store); at the end ``boundary.md`` / ``boundary.html`` there give each
+cell's interval and cost against a dense grid (`pipeline/report/boundary.py`). Interrupted, the same command resumes: the search replays its
 looks on what the stores hold and computes only what is missing.
 """
 
@@ -74,6 +75,10 @@ def boundary(
             raise
         typer.echo("interrupted: run the same command to resume", err=True)
         raise typer.Exit(130)
+    from ..pipeline.report.boundary import write_boundary_report  # matplotlib: only once found
+
+    page = write_boundary_report(results, sweep, design, axis, outcome, folder)
+    say(f"report: {page['html']} (intervals, cost against a dense grid, looks)")
     if as_json:
         typer.echo(json.dumps([r.record() for r in results], indent=1))
     elif quiet:

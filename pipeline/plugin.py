@@ -64,11 +64,17 @@ Section = Callable[[ReportInput], Part]
 CLOSED_FORMS = {
     "antipodal_probability": "(sweep, cells: {axis: array}) -> P(antipodal) per cell, NaN where none",
     "critical_beta": "(sweep, d) -> beta above which antipodal states attract (dashed line)",
-    "finite_time_outcomes": "(sweep, cells, t) -> (P(antipodal), P(single), P(unresolved)) at time t, "
-                            "shape (3, cells...), the backward equation; NaN where none",
+    "finite_time_outcomes": "(sweep, cells, t) -> (P(antipodal), P(single), P(unresolved)) at time(s) t, "
+                            "shape (3, cells..., t's shape), the backward equation; NaN where none",
     "threshold_curves": "(sweep, beta array) -> [(label, style, sigma values)] over a (beta, sigma) map",
     "merge_time": "(sweep, cell) -> t* at which the merged fraction should cross, or None",
     "equiangular_overlap": "(sweep, times, cell) -> the overlap of an equiangular start, or None",
+    "equiangular_rate": "(sweep, cell) -> late-time rate of 1 - gamma(t) of an equiangular start, or None",
+    "random_start_overlap": "(sweep, times, cell) -> gamma(t), which the overlaps of uniform starts "
+                            "track as d grows ([GLPR-P] Thm 6.9), or None",
+    "token2_overlap": "(sweep, times, cell) -> <x_1(0), x_2(t)> of two causal tokens, or None",
+    "sharp_overlaps": "(sweep, n, d) -> the distinct overlaps of the configuration the flow settles "
+                      "on (V = -I: simplex, cross-polytope), or None",
     "hemisphere_probability": "(sweep, n, d) -> P(the start lies in an open hemisphere)",
     "geometry_claims": "(sweep, d) -> the statements a cell of the flow in R^d can be checked against",
 }

@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,3 +144,56 @@ def test_real_search_covers_the_closed_form_and_resumes(prefect_server, cli, wri
     resumed = cli("boundary", spec, *ARGS, "--store", tmp_path / "cut", timeout=1200)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout) == records
+
+
+# -- the hybrid model's sigma axis and the search's page -------------------------------------------
+
+HYBRID = {"name": "sigma-edge", "model": "hybrid", "attention": "usa",
+          "grid": {"beta": 1.0, "sigma": [0.3, 2.0], "d": 3, "n": 2},
+          "time": {"T": 10.0, "layers": 2000, "checkpoints": 2},  # sigma^2 h (e^beta / 2)^2 <= 0.04
+          "trajectories": 64, "partition_traj": 64, "seed": 7}
+# At T = 10 the pair near sigma_c = sqrt(2 / e) = 0.858 is still unresolved, so what the search finds
+# is the crossing of P(antipodal at T), the backward equation's (theory_finite), not sigma_c; the
+# allowance: P within 0.1 of it (the discrete model's O(h) bias, not documented for the hybrid model)
+HYBRID_ALLOWANCE = 0.1
+
+
+def crossing_at_T(level: float) -> float:
+    from tokensweep.pipeline import theory_finite
+    return brentq(lambda s: float(theory_finite.hybrid_outcomes(10.0, 1.0, s, "usa", 3).antipodal) - level,
+                  0.9, 2.0, xtol=1e-4)
+
+
+def test_sigma_search_of_the_hybrid_model_and_its_page(tmp_path):
+    """`--axis sigma` (the hybrid model's default) through real stores grown round by round (the
+    pipeline's functions, no flow), then the page comparing its cost with a dense grid."""
+    from tokensweep.pipeline.boundary import boundary_search, default_axis
+    from tokensweep.pipeline.execute import pending_partitions, run_partition
+    from tokensweep.pipeline.report.boundary import dense_cost, write_boundary_report
+    from tokensweep.pipeline.store import prepare_store
+
+    def run(sweep):
+        prepare_store(sweep, sweep.store)
+        for index in pending_partitions(sweep, sweep.store):
+            run_partition(sweep, sweep.store, index)
+
+    sweep = parse_sweep(HYBRID)
+    assert default_axis(sweep) == "sigma"
+    design = Design(level=0.5, width=0.3)
+    [found] = boundary_search(sweep, design, run, axis="sigma", folder=tmp_path / "search")
+    assert found.status == "ok" and found.high - found.low <= 0.3
+    assert found.coords == {"beta": 1.0, "d": 3, "n": 2}
+    assert found.low <= crossing_at_T(0.5 + HYBRID_ALLOWANCE) and found.high >= crossing_at_T(0.5 - HYBRID_ALLOWANCE)
+
+    paths = write_boundary_report([found], sweep, design, "sigma", "antipodal", tmp_path / "search")
+    text = open(paths["report"]).read()
+    dense = dense_cost(0.3, 2.0, 0.3, found.max_n)
+    assert dense == 7 * found.max_n  # 0.3, 0.6, ..., 2.1: ceil(1.7 / 0.3) + 1 points
+    row = next(line for line in text.splitlines() if line.startswith("| 1 | 3 | 2 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4] == f"[{found.low:.4f}, {found.high:.4f}]" and cells[8] == str(found.trajectories)
+    assert cells[9] == str(dense) and cells[10] == f"{dense / found.trajectories:.1f}"
+    assert open(paths["html"]).read().count("data:image/png;base64,") == 1
+    from test_report_html import CHROMIUM, assert_self_contained, browse
+    if CHROMIUM:  # the page alone is the report: its figure embedded, nothing fetched
+        assert_self_contained(browse(Path(paths["html"]), tmp_path), 1)

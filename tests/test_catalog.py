@@ -83,6 +83,10 @@ def expected_sections(sweep) -> list[str]:
             out.append("## P(at least one antipodal pair)")
         if getattr(sweep.grid, "layers", None):
             out.append("## P(antipodal) against the step h")
+        if two_tokens and closed and len(sweep.time.checkpoint_layers) > 1 and sweep.model != "hybrid":
+            out.append("## P(antipodal) over the checkpoints against the finite-T theory")
+        if sweep.model == "hybrid" and len(sweep.grid.beta) > 1 and len(sweep.grid.sigma) > 1:
+            out.append("## Dominant outcome over (beta, sigma)")
         return out
     if sweep.model == "euclidean_flow":
         return ["## Geometry at T per cell"]
@@ -91,6 +95,13 @@ def expected_sections(sweep) -> list[str]:
         out.append("## Fraction of close pairs")
         if sweep.init.kind == "equiangular":
             out.append("## Equiangular start")
+        if sweep.init.kind == "uniform" and "overlap_hist" in sweep.record:
+            out.append("## Random starts against gamma(t)")
+    if any(model.sharp_overlaps(sweep, n, d) is not None for n in sweep.grid.n for d in sweep.grid.d):
+        out.append("## Sharp configurations of V = -I")
+    if model.token2_overlap(sweep, [0.0], {"beta": 1.0, "d": 3, "n": 2, "rho0": 0.0}) is not None \
+            and 2 in sweep.grid.n:
+        out.append("## Causal token-2 overlap against its ODE")
     if sweep.init.kind == "uniform" and model.closed_form_attention(sweep):
         out.append("## Open hemisphere")
     return out

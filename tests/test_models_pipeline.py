@@ -148,8 +148,8 @@ FAMILIES = {
 FIGURES = {"sphere_flow": {"frac_close", "clusters", "classes"},
            "sphere_flow_equiangular": {"frac_close", "clusters", "equiangular", "classes"},
            "euclidean_flow": {"clusters"}, "euclidean_flow_matrix": {"clusters"},
-           "hybrid": {"phase", "heatmap", "classes"},
-           "stochastic_n_gt_2": {"phase", "any_antipodal", "persistence", "classes"}}
+           "hybrid": {"phase", "heatmap", "dominant", "classes"},
+           "stochastic_n_gt_2": {"phase", "horizon", "any_antipodal", "persistence", "classes"}}
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

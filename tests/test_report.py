@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+import itertools
 import json
 
 from tokensweep.pipeline import report, theory
@@ -46,7 +47,11 @@ def synthetic_cube(model="stochastic_transformer", attention="sa", sigma=None, n
 
 
 def parse_markdown_table(text):
-    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    """The first table of the report (the per-cell P(antipodal) table)."""
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("| "))
+    rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines[first:]))
+    rows = [line for line in rows if line.startswith("| ")]
     header = [h.strip() for h in rows[0].strip("|").split("|")]
     return header, [[c.strip() for c in r.strip("|").split("|")] for r in rows[1:]]
 
@@ -94,7 +99,7 @@ def test_hybrid_report_has_heatmap(tmp_path):
     ds = synthetic_cube("hybrid", "usa", sigma=[0.3, 0.6, 0.9, 1.2, 1.5], n_traj=60)
     ds.to_zarr(tmp_path / "h.zarr", consolidated=False)
     paths = report.write_report(xr.open_zarr(tmp_path / "h.zarr", consolidated=False), tmp_path / "out")
-    assert set(paths) == {"report", "html", "summary", "phase", "heatmap", "classes"}
+    assert set(paths) == {"report", "html", "summary", "phase", "heatmap", "dominant", "classes"}
     image = matplotlib.image.imread(paths["heatmap"])
     assert image.ndim == 3 and image.shape[0] > 100 and image[..., :3].std() > 0.05
     text = open(paths["report"]).read()

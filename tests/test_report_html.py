@@ -143,7 +143,7 @@ def caveat_kinds(page: str) -> list[str]:
 
 def test_resolved_complete_sweep_has_the_table_figures_and_no_warning(reports, stores):
     paths = reports["resolved"]
-    assert {"phase", "classes", "overlap_hist", "observables"} <= set(paths)
+    assert {"phase", "horizon", "classes", "overlap_hist", "observables"} <= set(paths)
     page = open(paths["html"], encoding="utf-8").read()
     assert caveat_kinds(page) == []
     assert "<th>p_antipodal</th>" in page and "<th>z</th>" in page  # the agreement table
@@ -157,7 +157,7 @@ def test_resolved_complete_sweep_has_the_table_figures_and_no_warning(reports, s
         assert f"p-value = {chi['p_value']:.3f}" in page
         assert ds.attrs["code_version"] in page and ds.attrs["created_at"] in page
     assert "Unresolved fraction overall: 0.000" in page
-    assert page.count("data:image/png;base64,") == 4 and 'src="phase.png"' not in page
+    assert page.count("data:image/png;base64,") == 5 and 'src="phase.png"' not in page
     assert "Histogram of pairwise overlaps" not in page  # a figure title is in the PNG, not the text
     assert "consensus_error" in page and "name: resolved" in page  # the spec, as YAML
     summary = json.loads(open(paths["summary"]).read())

@@ -81,20 +81,22 @@ class Hybrid(Model):
         return out
 
     def finite_time_outcomes(self, sweep, cells: dict, t: float) -> np.ndarray:
-        """(P(antipodal), P(single), P(unresolved)) of two tokens at time t, shape (3, cells...),
-        from the backward equation (`theory_finite`); NaN where none applies or sigma = 0."""
+        """(P(antipodal), P(single), P(unresolved)) of two tokens at time(s) t, shape
+        (3, cells..., t's shape), from the backward equation (`theory_finite`); NaN where none
+        applies or sigma = 0."""
         from .. import theory_finite  # scipy: imported where a closed form is asked for
 
         beta, d, _, mask = two_token_cells(cells)
         sigma = np.broadcast_to(np.asarray(cells.get("sigma", np.nan), float), beta.shape)
         rho0 = initial_overlap(sweep, cells, beta.shape)
-        out = np.full((3, *beta.shape), np.nan)
+        t = np.asarray(t, float)  # a scalar, or an array of times: one solve for all
+        out = np.full((3, *beta.shape, *t.shape), np.nan)
         if sweep.attention in CLOSED_FORM_ATTENTIONS:
             for idx in zip(*np.nonzero(mask & (sigma > 0))):
                 given = None if rho0 is None else float(rho0[idx])
                 if given is None or np.isfinite(given):
                     out[(slice(None), *idx)] = theory_finite.hybrid_outcomes(
-                        float(t), float(beta[idx]), float(sigma[idx]), sweep.attention, int(d[idx]),
+                        t, float(beta[idx]), float(sigma[idx]), sweep.attention, int(d[idx]),
                         sweep.eps, given)
         return out
 
@@ -109,9 +111,10 @@ class Hybrid(Model):
         return [("σ_lo(β) = sqrt(1 + e^-2β)", "w--", lo), ("σ_hi = sqrt(2)", "w-", hi)]
 
     def sections(self, sweep):
-        from ..report import antipodal  # here, not above: workers never draw (matplotlib, scipy.stats)
+        from ..report import antipodal, dominant  # here, not above: workers never draw (matplotlib, scipy.stats)
 
-        return [antipodal.probability_section, antipodal.heatmap_section, antipodal.any_pair_section]
+        return [antipodal.probability_section, antipodal.heatmap_section, dominant.dominant_section,
+                antipodal.any_pair_section]
 
 
 model = Hybrid()

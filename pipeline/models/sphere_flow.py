@@ -197,11 +197,16 @@ class SphereFlow(Model):
         return simulate_sphere_flow(rngs, **self.kernel_arguments(sweep, coords), x0=x0)
 
     @staticmethod
-    def closed_form_attention(sweep) -> Optional[str]:
+    def plain(sweep, value: str = "identity") -> bool:
+        """Q = K = I, V = `value` ('identity' or 'minus_identity'), nothing time-varying or noisy."""
+        return (sweep.qk == "identity" and sweep.value == value and sweep.time_varying is None
+                and not sweep.matrices and sweep.noise is None and not sweep.value_rotation
+                and sweep.layer_norm == "post")
+
+    @classmethod
+    def closed_form_attention(cls, sweep) -> Optional[str]:
         """'sa' or 'usa' when the equiangular closed forms apply to this spec, else None."""
-        fixed = (sweep.qk == "identity" and sweep.value == "identity" and sweep.time_varying is None
-                 and not sweep.matrices and sweep.noise is None and not sweep.value_rotation
-                 and sweep.layer_norm == "post")
+        fixed = cls.plain(sweep)
         return sweep.attention if fixed and sweep.attention in CLOSED_FORM_ATTENTIONS else None
 
     @staticmethod
@@ -228,6 +233,44 @@ class SphereFlow(Model):
         t_theory = np.asarray(times, float) / self.time_factor(sweep, cell["d"])
         return theory.equiangular_gamma(t_theory, float(cell["beta"]), int(cell["n"]), attention)
 
+    def equiangular_rate(self, sweep, cell: dict):
+        """Late-time rate of 1 - gamma(t) per unit of simulated time ([GLPR-P] Thm 6.8); None where n/a."""
+        from .. import theory  # scipy: imported where a closed form is asked for
+        attention = self.closed_form_attention(sweep)
+        if sweep.init.kind != "equiangular" or attention is None:
+            return None
+        return theory.equiangular_rate(float(cell["beta"]), int(cell["n"]), attention) / \
+            self.time_factor(sweep, cell["d"])
+
+    def random_start_overlap(self, sweep, times, cell: dict):
+        """gamma at the simulated `times`, which the overlaps of uniform starts track as d grows
+        ([GLPR-P] Thm 6.9, stated for SA; Remark D.1 for USA); None where n/a."""
+        attention = self.closed_form_attention(sweep)
+        if sweep.init.kind != "uniform" or attention is None:
+            return None
+        from .. import theory  # scipy: imported where a closed form is asked for
+        t_theory = np.asarray(times, float) / self.time_factor(sweep, cell["d"])
+        return theory.equiangular_gamma(t_theory, float(cell["beta"]), int(cell["n"]), attention)
+
+    def token2_overlap(self, sweep, times, cell: dict):
+        """<x_1(0), x_2(t)> for two causal tokens, V = Q = K = I, started at overlap rho0 ([RST]):
+        token 1 stays put (theory.causal_first_token with V = I), so it is <x_1(t), x_2(t)>."""
+        if (sweep.attention != "causal_sa" or not self.plain(sweep) or int(cell["n"]) != 2
+                or sweep.init.kind != "overlap"):
+            return None
+        from .. import theory  # scipy: imported where a closed form is asked for
+        rho0 = float(cell["rho0"]) if "rho0" in cell else float(sweep.init.rho0)
+        t_theory = np.asarray(times, float) / self.time_factor(sweep, cell["d"])
+        return theory.causal_token2_overlap(rho0, float(cell["beta"]), t_theory)
+
+    def sharp_overlaps(self, sweep, n, d):
+        """The overlaps of the sharp configuration V = -I settles on ([GLPR-P] section 9.1), or None."""
+        if (sweep.attention not in CLOSED_FORM_ATTENTIONS or not self.plain(sweep, "minus_identity")
+                or int(n) < 2 or int(d) < 2):
+            return None
+        from ..theory_sharp import sharp_overlaps
+        return sharp_overlaps(n, d)
+
     def hemisphere_probability(self, sweep, n, d):
         """P(the start lies in an open hemisphere): Wendel's for uniform starts, 1 for a half
         sphere, an orthonormal frame or a pair at overlap rho0 > -1; NaN (none known) otherwise."""
@@ -243,8 +286,11 @@ class SphereFlow(Model):
     def sections(self, sweep):
         from ..report import clustering  # here, not above: workers never draw (matplotlib, scipy.stats)
 
+        from ..report import overlaps
+
         return [clustering.merge_section, clustering.cluster_count_section,
-                clustering.hemisphere_section, clustering.equiangular_section]
+                clustering.hemisphere_section, clustering.equiangular_section,
+                overlaps.tracking_section, overlaps.token2_section, overlaps.sharp_section]
 
 
 def kernel_start(start: Start):

@@ -180,20 +180,21 @@ class StochasticTransformer(Model):
         return out
 
     def finite_time_outcomes(self, sweep, cells: dict, t: float) -> np.ndarray:
-        """(P(antipodal), P(single), P(unresolved)) of two tokens at time t, shape (3, cells...):
-        the backward Kolmogorov equation of the limit diffusion (`theory_finite`); NaN where the
-        closed form does not apply."""
+        """(P(antipodal), P(single), P(unresolved)) of two tokens at time(s) t, shape
+        (3, cells..., t's shape): the backward Kolmogorov equation of the limit diffusion
+        (`theory_finite`); NaN where the closed form does not apply."""
         from .. import theory_finite  # scipy: imported where a closed form is asked for
 
         beta, d, _, mask = two_token_cells(cells)
         rho0 = initial_overlap(sweep, cells, beta.shape)
-        out = np.full((3, *beta.shape), np.nan)
+        t = np.asarray(t, float)  # a scalar, or an array of times: one solve for all
+        out = np.full((3, *beta.shape, *t.shape), np.nan)
         if sweep.attention in CLOSED_FORM_ATTENTIONS and sweep.closed_form_applies:
             for idx in zip(*np.nonzero(mask)):
                 given = None if rho0 is None else float(rho0[idx])
                 if given is None or np.isfinite(given):
                     out[(slice(None), *idx)] = theory_finite.stochastic_outcomes(
-                        float(t), float(beta[idx]), int(d[idx]), sweep.attention, sweep.eps, given,
+                        t, float(beta[idx]), int(d[idx]), sweep.attention, sweep.eps, given,
                         sweep.value_std)
         return out
 
@@ -204,9 +205,9 @@ class StochasticTransformer(Model):
         return float(theory.beta_c(d)) if applies else np.nan
 
     def sections(self, sweep):
-        from ..report import antipodal  # here, not above: workers never draw (matplotlib, scipy.stats)
+        from ..report import antipodal, horizon  # here, not above: workers never draw (matplotlib, scipy.stats)
 
-        return [antipodal.probability_section, antipodal.step_bias_section,
+        return [antipodal.probability_section, horizon.horizon_section, antipodal.step_bias_section,
                 antipodal.any_pair_section]
 
 
