@@ -35,10 +35,10 @@ from .options import (AccountOpt, ClusterOpt, CoresOpt, JobsOpt, MemoryOpt, Part
                       SchedulerOpt, SpecArg, StoreArg, StoreOpt, VerboseOpt, WalltimeOpt, WorkersOpt)
 from .cluster_cmd import cluster_app
 from .fast_exit import exit_now
+from .server_cmd import server_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Phase diagrams of token clustering in deep Transformers.")
-server_app = typer.Typer(help="The local Prefect server (UI at its URL without /api).")
 app.add_typer(server_app, name="server")
 app.add_typer(cluster_app, name="cluster")
 
@@ -383,42 +383,6 @@ def serve(
 
     address = _scheduler(scheduler, scheduler_file)
     serve_sweeps(name, workers=workers, scheduler=address, limit=limit)
-
-
-@server_app.command("start")
-def server_start(
-    database: Optional[str] = typer.Option(
-        None, help="the server's database: postgresql+asyncpg://USER:PASSWORD@HOST:PORT/DB",
-        show_default="$PREFECT_API_DATABASE_CONNECTION_URL, else SQLite in TOKENSWEEP_HOME"),
-):
-    """Start (or reuse) tokensweep's local Prefect server and print its API URL."""
-    from .server import ServerError, local_server
-
-    try:
-        typer.echo(local_server(database))
-    except ServerError as err:
-        _fail(str(err))
-
-
-@server_app.command("env")
-def server_env():
-    """Print `export PREFECT_API_URL=...` for tokensweep's server (started if none runs).
-
-        $ eval "$(tokensweep server env)"     # then bare `prefect ...` commands use it
-    """
-    from .server import QUIET_ENV, ensure_server
-
-    typer.echo(f"export PREFECT_API_URL={ensure_server()}")
-    for key, value in QUIET_ENV.items():
-        typer.echo(f"export {key}={os.environ.get(key, value)}")
-
-
-@server_app.command("stop")
-def server_stop():
-    """Stop the local Prefect server that tokensweep started (in TOKENSWEEP_HOME)."""
-    from .server import stop_server
-
-    typer.echo("stopped" if stop_server() else "no server started by tokensweep is running")
 
 
 # Commands whose bodies are modules of their own (they import the options above from here)
