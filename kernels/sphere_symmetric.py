@@ -35,6 +35,7 @@ from numba import njit
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 from . import observables, outcomes
 from .ensembles import shape_start
+from .gemm import BLOCK, gram_upper
 from .sphere_drift import EULER, TV_NONE, V_IDENTITY, V_MINUS_IDENTITY
 from .sphere_outcomes import memory, record_t
 from .vecmath import like, tiny_like, vexp, vexp_unclamped
@@ -75,7 +76,7 @@ def symmetric_weights(xt, beta, causal, g):
     """g <- E, E[j, i] = exp(beta (G_ij - c)) for keys j of query i (0 for causally masked
     j > i), G = xt^T xt, c = max_k G_kk. Returns c."""
     d, n = xt.shape
-    np.dot(xt.T, xt, g)
+    gram_upper(xt, g)  # rows j from column j - j % 8 on: what the exponentials read
     c = like(0.0, xt)
     for i in range(n):
         c = max(c, g[i, i])
@@ -89,7 +90,7 @@ def symmetric_weights(xt, beta, causal, g):
             _exp_row(gj[j:], b, c, clamp)
     else:  # the upper triangle from 8-aligned columns on (full vectors), then the mirror
         for j in range(n):
-            j0 = j - j % 8
+            j0 = j - j % BLOCK
             _exp_row(g[j, j0:], b, c, clamp)
             gj = g[j]
             for i in range(j0):
