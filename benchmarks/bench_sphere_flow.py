@@ -37,9 +37,7 @@ method measured in turn within each repeat; the load average is printed.
   dense count for every method: the kernel computes only the Gram's upper blocks of 8 rows
   (`kernels/gemm.py`: 5/8 of the Gram's flops at n = 32), so its `%pk` is of useful work.
 
-Measured (AMD EPYC Zen 4, 2 cores shared, `taskset -c 1 python benchmarks/bench_sphere_flow.py
---repeats 3 --seconds 0.5`; the table of the closing note of issue 11 item 2 and docs/models.md 2.9):
-see docs/models.md section 2.9 for the before / after table.
+The measured table (before / after the Gram's blocks) is in docs/models.md section 2.9.
 
     python benchmarks/bench_sphere_flow.py [--repeats R] [--seconds S] [--sizes 32x2,32x32]
 """

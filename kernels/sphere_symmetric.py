@@ -6,19 +6,26 @@ tests/test_kernel_sphere_flow.py), organised for speed:
 
 - the state lives in the transposed layout xt (d, n) from the start to the end of a trajectory
   (the layout the two products and the per-token loops want), not copied in and out every step;
-- weights: the Gram G = xt^T xt (dgemm; every entry one fused-multiply-add chain over k, so G is
-  exactly symmetric), the common shift c = max_k G_kk, E = exp(beta (G - c)) on the upper
-  triangle, each row from its 8-aligned column on (full vectors: rows that start mid-vector run
-  their scalar remainder, which made a plain triangle no faster than the full matrix), the rest
-  mirrored: 0.63 -> 0.55 us at n = 32; without a clamp when 2 beta c < 700, where the clamp of
-  `exp_vec` cannot act (same bits). Measured and not taken: dsyrk for G (bitwise the same
-  triangle, but 1.7-3.6x slower than dgemm at n = 32: OpenBLAS's syrk driver), and the Gram,
-  exponentials and product fused in numba loops over rows (1.7-2.7x slower: 32-long inner loops);
+- weights: the Gram G = xt^T xt (BLAS gemm; every entry one fused-multiply-add chain over k, so
+  G is exactly symmetric) on its upper blocks of 8 rows only (`gemm.gram_upper`: gemm on
+  sub-blocks, the same bits, 5/8 of the flops at n = 32: 1.24 -> 0.84 us at d = 32), the common
+  shift c = max_k G_kk, E = exp(beta (G - c)) on the upper triangle, each row from its 8-aligned
+  column on (full vectors: rows that start mid-vector run their scalar remainder, which made a
+  plain triangle no faster than the full matrix), the rest mirrored: 0.63 -> 0.55 us at n = 32;
+  without a clamp when 2 beta c < 700, where the clamp of `exp_vec` cannot act (same bits).
+  Measured and not taken: dsyrk for G (bitwise the same triangle, but 1.7-3.6x slower than dgemm
+  at n = 32: OpenBLAS's syrk driver); the Gram, exponentials and product fused in numba loops
+  over rows (1.7-2.7x slower: 32-long inner loops); register-tiled numba micro-kernels for the
+  two products (5-10x slower than gemm: numba turns LLVM's SLP vectoriser off, so the tiles stay
+  scalar; row-update loops run 2 loads and a store per fma);
 - at = xt E and the column sums of E (SA normalisers) in one dgemm, from the state stored with a
   row of ones below it (a sum of 1 * E_ji chained by fma is the serial sum); then three passes
-  over (d, n): scale by 1/tot (SA) and the sign of V, with <x_i, f_i>; the increment, y (kept
-  in at), |y_i|^2 and "moved"; y / |y| written back into xt.
-- recording: `sphere_outcomes.record_t`, from the transposed state.
+  over (d, n): <x_i, f_i> with f = sign of V times at / tot (SA); the increment, y (kept in at),
+  |y_i|^2 and "moved"; y / |y| written back into xt (four / two rows k per pass, see below).
+- recording: `sphere_outcomes.record_t`, from the transposed state. It cannot reuse the step's
+  Gram or exponentials and keep today's bits: the recorded overlaps are serial multiply-then-add
+  sums (`outcomes.gram`'s bits, shared with the general path), the step's Gram fma chains, and the
+  energy's exponent is beta G - beta max G, the step's beta (G - c).
 - d > n: with V = +-I every token stays in the span of the start's n tokens, so the flow is run
   in the coordinates y = x B^T of an orthonormal basis B (n, d) of that span (Householder QR of
   the start): an isometry, so every output (overlaps, counts, energy, hemisphere) is unchanged in
