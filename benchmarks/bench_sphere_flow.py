@@ -24,11 +24,20 @@ method measured in turn within each repeat; the load average is printed.
   batch as the leading axis, `lax.scan` over the steps of one measurement, jit-compiled (compile
   time excluded), one compute thread (`import_jax_one_core`). Skipped with a note when jax is not
   installed (`pip install -e .[bench]` or `pip install jax`).
+- span: what a user waits for, one partition of `SPAN_TRAJECTORIES` trajectories (one cell, one
+  checkpoint, T = 30, 300 layers) run by `pipeline.execute.run_partition` into a fresh zarr store:
+  its started..finished span (generators, kernel, outcome recording, the write, the status) in
+  the process's CPU time (the stored span is wall time, inflated by the machine's load), with
+  `k/x` ratios over the peer and JAX printed for it too (`span/peer`, `span/jax`).
 - peak: numpy matmul of two 1024 x 1024 float64 matrices on one OpenBLAS thread, GFLOP/s.
   `%pk` columns: the flops of one step over (time per step x peak), with
   F = 4 n^2 d (the Gram X X^T and the product W X, 2 n^2 d each, as dense products: what the
   kernel computes too) + 4 n^2 (shift, exponential counted as one flop, row sum,
-  normalisation) + 9 n d (projection, step, norm); the reduced kernel's F has d = n.
+  normalisation) + 9 n d (projection, step, norm); the reduced kernel's F has d = n. F is the
+  dense count for every method: the kernel computes only the Gram's upper blocks of 8 rows
+  (`kernels/gemm.py`: 5/8 of the Gram's flops at n = 32), so its `%pk` is of useful work.
+
+The measured table (before / after the Gram's blocks) is in docs/models.md section 2.9.
 
     python benchmarks/bench_sphere_flow.py [--repeats R] [--seconds S] [--sizes 32x2,32x32]
 """
@@ -51,6 +60,7 @@ BETA = 1.0
 H = 0.1
 LAYERS = 300  # the catalog's T = 30 at h = 0.1
 BATCH = 2048  # systems per batched step (numpy, peer, jax)
+SPAN_TRAJECTORIES = 2048  # one partition of the span column (issue 11 item 7's)
 SIZES = [(32, 2), (32, 32), (32, 128)]
 TARGET_SECONDS = 0.6  # per measurement
 REPEATS = 5
@@ -191,8 +201,8 @@ def step_flops(n, d):
 class Methods:
     """One callable per method, each returning the particle-steps it did; sized once per (n, d)."""
 
-    def __init__(self, sf, n, d, seconds, published):
-        self.sf, self.n, self.d = sf, n, d
+    def __init__(self, sf, n, d, seconds, published, with_span):
+        self.sf, self.n, self.d, self.with_span = sf, n, d, with_span
         params = inspect.signature(sf.simulate_sphere_flow).parameters
         self.has_precision = "precision" in params
         self.symmetric = getattr(sf, "symmetric", None)  # the span reduction's switch, if any
@@ -238,11 +248,36 @@ class Methods:
         out["60 ck"] = lambda: self.kernel(self.ntraj, LAYERS, 60)
         if self.has_precision:
             out["f32"] = lambda: self.kernel(self.ntraj, LAYERS, precision="float32")
+        if self.with_span:
+            out["span"] = self.span
         out["numpy"] = self.numpy
         out["peer"] = self.peer_style
         if self.jax_run is not None:
             out["jax"] = self.jax
         return out
+
+    def span(self):
+        """`run_partition` on a fresh store (module docstring): the pipeline's own kernel, so
+        left out with --module."""
+        import shutil
+        import tempfile
+
+        from tokensweep.pipeline.execute import run_partition
+        from tokensweep.pipeline.spec import parse_sweep
+        from tokensweep.pipeline.store import create_store
+
+        sweep = parse_sweep({"name": "span", "model": "sphere_flow", "attention": "sa",
+                             "grid": {"beta": [BETA], "d": [self.d], "n": self.n},
+                             "time": {"T": H * LAYERS, "layers": LAYERS, "checkpoints": 1},
+                             "trajectories": SPAN_TRAJECTORIES, "seed": 3})
+        folder = tempfile.mkdtemp(prefix="bench-span-")
+        try:
+            store = f"{folder}/span.zarr"
+            create_store(sweep, store)
+            run_partition(sweep, store, 0)
+        finally:
+            shutil.rmtree(folder)
+        return SPAN_TRAJECTORIES * self.n * LAYERS
 
     def numpy(self):
         numpy_batched(self.x0.copy(), self.np_steps)
@@ -287,6 +322,7 @@ def main():
     ap.add_argument("--sizes", default=",".join(f"{n}x{d}" for n, d in SIZES), help="n x d, ...")
     ap.add_argument("--published", action="store_true",
                     help="peer step without the tangent projection, as published")
+    ap.add_argument("--no-span", action="store_true", help="leave out the partition span")
     ap.add_argument("--module", default="tokensweep.kernels.sphere_flow",
                     help="the kernel module (e.g. an old copy, for before / after)")
     args = ap.parse_args()
@@ -297,7 +333,10 @@ def main():
     peak = max(dgemm_peak() for _ in range(3))
     rows = []
     for n, d in sizes:
-        m = Methods(sf, n, d, args.seconds, args.published)
+        with_span = not (args.no_span or args.module != ap.get_default("module"))
+        m = Methods(sf, n, d, args.seconds, args.published, with_span)
+        if m.with_span:
+            m.span()  # numba's cache and the pipeline's imports, once
         fns = m.table()
         best = dict.fromkeys(fns, 0.0)
         for _ in range(args.repeats):
@@ -315,18 +354,21 @@ def main():
     published = "; peer as published (no projection)" if args.published else ""
     print("particle-steps/s; k/x = kernel / x; %pk = flops per second / DGEMM peak (float32: "
           "against the float64 peak)" + published)
-    order = ("kernel", "full d", "60 ck", "f32", "numpy", "peer", "jax")
+    order = ("kernel", "full d", "60 ck", "f32", "span", "numpy", "peer", "jax")
     names = [k for k in order if any(k in row[2] for row in rows)]
     ratios = [r for r in ("peer", "jax", "numpy") if r in names]
+    span_ratios = [r for r in ("peer", "jax") if r in names and "span" in names]
     pk = [r for r in ("kernel", "full d", "f32", "jax", "peer") if r in names]
     head = f"{'n':>4} {'d':>4} " + " ".join(f"{k:>9}" for k in names)
     head += " " + " ".join(f"{'k/' + r:>7}" for r in ratios)
+    head += "".join(f" {'span/' + r:>9}" for r in span_ratios)
     head += " " + " ".join(f"{'%pk ' + r:>10}" for r in pk)
     print(head)
     for n, d, best, m in rows:
         line = f"{n:4d} {d:4d} " + " ".join(f"{best[k]:9.3e}" if k in best else f"{'-':>9}"
                                             for k in names)
         line += " " + " ".join(f"{best['kernel'] / best[r]:7.2f}" for r in ratios)
+        line += "".join(f" {best['span'] / best[r]:9.2f}" for r in span_ratios)
         line += " " + " ".join(f"{100 * best[r] / n * m.flops(r) / (peak * 1e9):9.1f}%"
                                if r in best else f"{'-':>10}" for r in pk)
         print(line)

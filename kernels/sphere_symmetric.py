@@ -6,19 +6,26 @@ tests/test_kernel_sphere_flow.py), organised for speed:
 
 - the state lives in the transposed layout xt (d, n) from the start to the end of a trajectory
   (the layout the two products and the per-token loops want), not copied in and out every step;
-- weights: the Gram G = xt^T xt (dgemm; every entry one fused-multiply-add chain over k, so G is
-  exactly symmetric), the common shift c = max_k G_kk, E = exp(beta (G - c)) on the upper
-  triangle, each row from its 8-aligned column on (full vectors: rows that start mid-vector run
-  their scalar remainder, which made a plain triangle no faster than the full matrix), the rest
-  mirrored: 0.63 -> 0.55 us at n = 32; without a clamp when 2 beta c < 700, where the clamp of
-  `exp_vec` cannot act (same bits). Measured and not taken: dsyrk for G (bitwise the same
-  triangle, but 1.7-3.6x slower than dgemm at n = 32: OpenBLAS's syrk driver), and the Gram,
-  exponentials and product fused in numba loops over rows (1.7-2.7x slower: 32-long inner loops);
+- weights: the Gram G = xt^T xt (BLAS gemm; every entry one fused-multiply-add chain over k, so
+  G is exactly symmetric) on its upper blocks of 8 rows only (`gemm.gram_upper`: gemm on
+  sub-blocks, the same bits, 5/8 of the flops at n = 32: 1.24 -> 0.84 us at d = 32), the common
+  shift c = max_k G_kk, E = exp(beta (G - c)) on the upper triangle, each row from its 8-aligned
+  column on (full vectors: rows that start mid-vector run their scalar remainder, which made a
+  plain triangle no faster than the full matrix), the rest mirrored: 0.63 -> 0.55 us at n = 32;
+  without a clamp when 2 beta c < 700, where the clamp of `exp_vec` cannot act (same bits).
+  Measured and not taken: dsyrk for G (bitwise the same triangle, but 1.7-3.6x slower than dgemm
+  at n = 32: OpenBLAS's syrk driver); the Gram, exponentials and product fused in numba loops
+  over rows (1.7-2.7x slower: 32-long inner loops); register-tiled numba micro-kernels for the
+  two products (5-10x slower than gemm: numba turns LLVM's SLP vectoriser off, so the tiles stay
+  scalar; row-update loops run 2 loads and a store per fma);
 - at = xt E and the column sums of E (SA normalisers) in one dgemm, from the state stored with a
   row of ones below it (a sum of 1 * E_ji chained by fma is the serial sum); then three passes
-  over (d, n): scale by 1/tot (SA) and the sign of V, with <x_i, f_i>; the increment, y (kept
-  in at), |y_i|^2 and "moved"; y / |y| written back into xt.
-- recording: `sphere_outcomes.record_t`, from the transposed state.
+  over (d, n): <x_i, f_i> with f = sign of V times at / tot (SA); the increment, y (kept in at),
+  |y_i|^2 and "moved"; y / |y| written back into xt (four / two rows k per pass, see below).
+- recording: `sphere_outcomes.record_t`, from the transposed state. It cannot reuse the step's
+  Gram or exponentials and keep today's bits: the recorded overlaps are serial multiply-then-add
+  sums (`outcomes.gram`'s bits, shared with the general path), the step's Gram fma chains, and the
+  energy's exponent is beta G - beta max G, the step's beta (G - c).
 - d > n: with V = +-I every token stays in the span of the start's n tokens, so the flow is run
   in the coordinates y = x B^T of an orthonormal basis B (n, d) of that span (Householder QR of
   the start): an isometry, so every output (overlaps, counts, energy, hemisphere) is unchanged in
@@ -35,6 +42,7 @@ from numba import njit
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 from . import observables, outcomes
 from .ensembles import shape_start
+from .gemm import BLOCK, gram_upper
 from .sphere_drift import EULER, TV_NONE, V_IDENTITY, V_MINUS_IDENTITY
 from .sphere_outcomes import memory, record_t
 from .vecmath import like, tiny_like, vexp, vexp_unclamped
@@ -75,7 +83,7 @@ def symmetric_weights(xt, beta, causal, g):
     """g <- E, E[j, i] = exp(beta (G_ij - c)) for keys j of query i (0 for causally masked
     j > i), G = xt^T xt, c = max_k G_kk. Returns c."""
     d, n = xt.shape
-    np.dot(xt.T, xt, g)
+    gram_upper(xt, g)  # rows j from column j - j % 8 on: what the exponentials read
     c = like(0.0, xt)
     for i in range(n):
         c = max(c, g[i, i])
@@ -89,7 +97,7 @@ def symmetric_weights(xt, beta, causal, g):
             _exp_row(gj[j:], b, c, clamp)
     else:  # the upper triangle from 8-aligned columns on (full vectors), then the mirror
         for j in range(n):
-            j0 = j - j % 8
+            j0 = j - j % BLOCK
             _exp_row(g[j, j0:], b, c, clamp)
             gj = g[j]
             for i in range(j0):
@@ -133,22 +141,8 @@ def euler_step_t(xe, h, beta, usa, causal, sign, log_scale0, ws):
         dot[i] = 0.0
         nrm[i] = 0.0
         mvd[i] = 0.0
-    for k in range(d):  # f = sign (at / tot) and <x_i, f_i>
-        ak = at[k]
-        xk = xt[k]
-        for i in range(n):
-            f = sg * (ak[i] * tot[i])
-            ak[i] = f
-            dot[i] += xk[i] * f
-    for k in range(d):  # increment, y_i (kept in at), |y_i|^2, moved
-        ak = at[k]
-        xk = xt[k]
-        for i in range(n):
-            inc = ak[i] - dot[i] * xk[i]
-            y = fx * xk[i] + fa * inc
-            ak[i] = y
-            nrm[i] += y * y
-            mvd[i] += abs(inc)
+    _radial_t(at, xt, tot, sg, dot)
+    _increment_t(at, xt, tot, sg, dot, fx, fa, nrm, mvd)
     if causal:  # V = +-I: A_1 = +-x_1, token 1 does not move at all
         mvd[0] = 0.0
     tiny = tiny_like(xt)
@@ -165,17 +159,79 @@ def euler_step_t(xe, h, beta, usa, causal, sign, log_scale0, ws):
         if not (norm > 0.0 and norm < np.inf):
             return False
         s[i] = 1.0 / norm
-    for k in range(d):  # x <- y / |y|
-        ak = at[k]
-        xk = xt[k]
-        for i in range(n):
-            if s[i] > 0.0:
-                xk[i] = ak[i] * s[i]
+    _normalise_t(at, xt, s)
     if special:
         for i in range(n):
             if s[i] < 0.0 and not _normalise_scaled(xt, at, i):
                 return False
     return True
+
+
+# The three O(n d) passes of a step. <x_i, f_i> takes four rows k per pass over i, the increment
+# two (fewer loop entries and accumulator loads and stores), indexed as 2-D arrays (one base
+# pointer per array: few enough runtime alias checks that LLVM still vectorises the loop; row
+# slices made it give up); f is not stored (the next pass recomputes it, the same bits); the
+# sums over k keep their serial order. Unrolling the normalisation measured slower.
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _radial_t(at, xt, tot, sg, dot):
+    """dot[i] += <x_i, f_i>, f = sg (at * tot), serial over k (at is not changed)."""
+    d, n = xt.shape
+    k = 0
+    while k + 4 <= d:
+        for i in range(n):
+            t = tot[i]
+            dot[i] = ((((dot[i] + xt[k, i] * (sg * (at[k, i] * t)))
+                        + xt[k + 1, i] * (sg * (at[k + 1, i] * t)))
+                       + xt[k + 2, i] * (sg * (at[k + 2, i] * t)))
+                      + xt[k + 3, i] * (sg * (at[k + 3, i] * t)))
+        k += 4
+    while k < d:
+        for i in range(n):
+            dot[i] += xt[k, i] * (sg * (at[k, i] * tot[i]))
+        k += 1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _increment_t(at, xt, tot, sg, dot, fx, fa, nrm, mvd):
+    """inc = f - <x_i, f_i> x_i, y = fx x + fa inc into at, nrm += |y_i|^2, mvd += |inc_i|_1
+    (two rows k per pass over i, 2-D indexed: serial sums, the bits of one row per pass)."""
+    d, n = xt.shape
+    k = 0
+    while k + 2 <= d:
+        for i in range(n):
+            t = tot[i]
+            q = dot[i]
+            inc0 = sg * (at[k, i] * t) - q * xt[k, i]
+            inc1 = sg * (at[k + 1, i] * t) - q * xt[k + 1, i]
+            y0 = fx * xt[k, i] + fa * inc0
+            y1 = fx * xt[k + 1, i] + fa * inc1
+            at[k, i] = y0
+            at[k + 1, i] = y1
+            nrm[i] = (nrm[i] + y0 * y0) + y1 * y1
+            mvd[i] = (mvd[i] + abs(inc0)) + abs(inc1)
+        k += 2
+    while k < d:
+        for i in range(n):
+            inc = sg * (at[k, i] * tot[i]) - dot[i] * xt[k, i]
+            y = fx * xt[k, i] + fa * inc
+            at[k, i] = y
+            nrm[i] += y * y
+            mvd[i] += abs(inc)
+        k += 1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _normalise_t(at, xt, s):
+    """x_i <- y_i s_i for the tokens with s_i > 0 (y in at)."""
+    d, n = xt.shape
+    for k in range(d):
+        ak = at[k]
+        xk = xt[k]
+        for i in range(n):
+            if s[i] > 0.0:
+                xk[i] = ak[i] * s[i]
 
 
 @njit(nogil=True, cache=True)

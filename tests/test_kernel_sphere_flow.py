@@ -447,6 +447,31 @@ def test_hemisphere_memory_gives_the_cold_answer():
     assert checked == 5 * 3 * 80
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gram_blocks_are_bitwise_the_full_product(dtype):
+    # kernels/gemm.py: the Gram's upper blocks by BLAS on sub-blocks, each entry the bits of the
+    # full np.dot (the same fma chain over k), whatever n, d and the block's place
+    from numba import njit
+
+    from tokensweep.kernels.gemm import BLOCK, gram_upper
+
+    @njit
+    def full(xt, g):
+        np.dot(xt.T, xt, g)
+
+    rng = np.random.default_rng(11)
+    for n, d in [(1, 1), (2, 3), (7, 2), (8, 8), (9, 4), (16, 33), (31, 5), (32, 32), (33, 128),
+                 (64, 7), (100, 3)]:
+        xt = rng.standard_normal((d, n)).astype(dtype)
+        blocks, ref = np.full((n, n), np.nan, dtype), np.empty((n, n), dtype)
+        gram_upper(xt, blocks)
+        full(xt, ref)
+        for r in range(n):
+            c0 = r - r % BLOCK
+            np.testing.assert_array_equal(blocks[r, c0:], ref[r, c0:], err_msg=f"{n}, {d}, {r}")
+            assert np.isnan(blocks[r, :c0]).all()  # below the blocks: not written
+
+
 def test_vectorised_exponentials():
     from tokensweep.kernels import vecmath
     from numba import njit
