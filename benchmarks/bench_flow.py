@@ -94,7 +94,9 @@ def sweep_on(spec: dict, store: Path, workers: int, report: bool = True) -> tupl
     from distributed import LocalCluster
 
     from tokensweep.flows.run import LOCAL_CLUSTER_CONFIG, run_sweep
+    from tokensweep.flows.server import ensure_server
 
+    ensure_server()  # started once, not timed: a sweep finds it running
     with dask.config.set(LOCAL_CLUSTER_CONFIG), LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         warm = cluster.get_client()  # import tokensweep and compile the kernels on each worker
