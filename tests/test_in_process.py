@@ -69,8 +69,9 @@ def test_a_finished_store_starts_no_cluster_on_resume(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_in_an_in_process_partition_exits_130_at_once_and_resumes(
         prefect_server, write_spec, tmp_path):
-    # one partition of several seconds, running in a thread of the CLI's own process
-    spec = write_spec({**ONE, "time": {"T": 2.0, "layers": 3_000_000, "checkpoints": 2},
+    # one partition of ~10 s on an idle core (longer under load), running in a thread of the
+    # CLI's own process: still running when it is interrupted a second after it started
+    spec = write_spec({**ONE, "time": {"T": 2.0, "layers": 25_000_000, "checkpoints": 2},
                        "trajectories": 4})
     store = tmp_path / "one.zarr"
     command = [TOKENSWEEP, "run", str(spec), "--store", str(store)]
