@@ -97,6 +97,7 @@ def sweep_on(spec: dict, store: Path, workers: int, report: bool = True) -> tupl
     from tokensweep.flows.server import ensure_server
 
     ensure_server()  # started once, not timed: a sweep finds it running
+    import tokensweep.flows.sweep  # noqa: F401  the CLI has imported it before a flow starts
     with dask.config.set(LOCAL_CLUSTER_CONFIG), LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         warm = cluster.get_client()  # import tokensweep and compile the kernels on each worker

@@ -2,18 +2,15 @@
 
 validate -> lock -> prepare store (create, resume or grow) -> plan -> one task per
 partition not yet done, or, for a batched store (more than a few thousand partitions), tasks
-of consecutive batches holding such partitions (`pipeline/batch.py`), about TASKS_PER_WORKER
-per worker of the cluster (on whatever task runner the caller chose, a DaskTaskRunner by
-default) -> report. Tasks are
-idempotent (the store's status decides), so a rerun of the flow, from the CLI or the
+of batches holding such partitions (`pipeline/batch.py`), TASKS_PER_WORKER per worker of the
+cluster, each taking every k-th batch (on whatever task runner the caller chose, a
+DaskTaskRunner by default) -> report. Tasks are idempotent (the store's status decides), so a rerun of the flow, from the CLI or the
 UI's Retry, only computes partitions that are not done. Tasks neither cache nor persist
 results (``cache_policy=NONE``): a cached "done" could outlive the store it describes,
 and a retried flow run must ask the store again, never Prefect.
 """
 
 from __future__ import annotations
-
-from dataclasses import asdict
 
 import numpy as np
 from prefect import flow, get_run_logger, task
@@ -32,10 +29,11 @@ from ..pipeline.store import (FAILED, open_cube, prepare_store, read_status, rec
 from .flow_lock import flow_lock
 
 PARTITION_RETRIES = 2
-# A large sweep's batches go to about this many tasks per worker thread: enough for the workers
-# to finish together, few enough that Prefect's cost per task (API calls, ~0.1 s) stays small
-# against the kernels (10^5 trivial partitions were 500 tasks of one batch each).
-TASKS_PER_WORKER = 8
+# A large sweep's batches go to this many tasks per worker thread, each task every k-th batch
+# so that tasks cost alike: two let a worker that finishes early take over another's second
+# task, and keep Prefect's cost per task small (a submit serialises the whole Prefect context,
+# ~0.1-0.2 s of the flow process's CPU; 10^5 trivial partitions were once 500 tasks).
+TASKS_PER_WORKER = 2
 WORKERS_UNKNOWN = 8  # assumed when the cluster has no worker yet (an adaptive one, starting)
 
 
@@ -48,7 +46,7 @@ WORKERS_UNKNOWN = 8  # assumed when the cluster has no worker yet (an adaptive o
     persist_result=False,
 )
 def partition_task(spec: dict, store: str, index: int, label: str) -> dict:
-    return asdict(run_partition(parse_sweep(spec), store, index))
+    return _summary([run_partition(parse_sweep(spec), store, index)])
 
 
 @task(
@@ -59,8 +57,14 @@ def partition_task(spec: dict, store: str, index: int, label: str) -> dict:
     cache_policy=NONE,
     persist_result=False,
 )
-def batch_task(spec: dict, store: str, batches: list[int], label: str, failed_only: bool) -> list[dict]:
-    return [asdict(r) for r in run_batches(parse_sweep(spec), store, batches, failed_only)]
+def batch_task(spec: dict, store: str, batches: list[int], label: str, failed_only: bool) -> dict:
+    return _summary(run_batches(parse_sweep(spec), store, batches, failed_only))
+
+
+def _summary(results) -> dict:
+    """What the flow needs of a task's partitions: how many were computed, and where."""
+    computed = [r for r in results if not r.skipped]
+    return {"computed": len(computed), "hosts": sorted({r.host for r in computed})}
 
 
 @task(name="report", cache_policy=NONE)
@@ -116,14 +120,18 @@ def _submit(spec: dict, store: str, plan: Plan, todo: list[int], failed_only: bo
     groups = plan.batches_of(todo, shape)
     batches = list(groups)
     tasks = {}
-    for share in np.array_split(np.arange(len(batches)), min(len(batches), _task_count())):
-        members = [groups[batches[i]] for i in share]
-        first, last = plan[int(members[0][0])], plan[int(members[-1][-1])]
-        count = sum(len(m) for m in members)
-        which = f"batch {batches[share[0]]}" + (f"..{batches[share[-1]]}" if len(share) > 1 else "")
-        label = f"{which}: {plan.label(first)} .. {plan.label(last)} ({count})"
-        future = batch_task.submit(spec, store, [batches[i] for i in share], label, failed_only)
-        tasks[future.task_run_id] = (future, label, count)
+    count = min(len(batches), _task_count())
+    for first in range(count):
+        # every count-th batch: each task gets a share of the whole grid, so tasks cost about
+        # the same however the cost varies over the grid (cells of large d are slower)
+        share = batches[first::count]
+        size = sum(len(groups[b]) for b in share)
+        label = (f"batch {share[0]}: {plan.label(plan[int(groups[share[0]][0])])} .. "
+                 f"{plan.label(plan[int(groups[share[0]][-1])])} ({size})" if len(share) == 1 else
+                 f"batches {share[0]}, {share[1]}, .. {share[-1]} ({len(share)} of {len(batches)}, "
+                 f"{size} partitions)")
+        future = batch_task.submit(spec, store, share, label, failed_only)
+        tasks[future.task_run_id] = (future, label, size)
     return tasks
 
 
@@ -149,10 +157,8 @@ def _run_partitions(spec: dict, store: str, plan: Plan, todo: list[int], progres
             _, what, count = tasks[future.task_run_id]
             try:
                 result = future.result()
-                for one in result if isinstance(result, list) else [result]:
-                    computed += not one["skipped"]
-                    if not one["skipped"]:
-                        hosts.add(one["host"])
+                computed += result["computed"]
+                hosts.update(result["hosts"])
             except Exception as exc:  # listed below; the other partitions go on
                 failed.append(f"{what}: {exc}")
             bar.advance(tracker, count)

@@ -133,34 +133,34 @@ class _BatchWriter:
                       for where, n in zip(self.selection[name], array.shape))
         return np.full(shape, array.fill_value, dtype=array.dtype)
 
-    def _local(self, index: int) -> tuple[int, ...]:
-        """A partition's position in the batch's (grid axes..., block) region."""
-        where = np.unravel_index(index, self.plan.index_shape)
-        return tuple(int(w) - r.start for w, r in zip(where, self.region))
+    def _locals(self, indices: np.ndarray) -> np.ndarray:
+        """Partitions' positions in the batch's (grid axes..., block) region, one row each."""
+        where = np.unravel_index(indices, self.plan.index_shape)
+        return np.stack([w - r.start for w, r in zip(where, self.region)], axis=-1)
 
     def run(self, failed_only: bool, flush_seconds: float) -> list[PartitionResult]:
         status = self.values["status"]
         host = socket.gethostname()
-        stored = status[tuple(zip(*map(self._local, self.partitions)))]
+        local = self._locals(self.partitions)
+        stored = status[tuple(local.T)]
         wanted = stored == FAILED if failed_only else stored != DONE
-        results = [PartitionResult(int(i), self.plan.label(self.plan[int(i)]), skipped=True,
-                                   seconds=0.0, host=host) for i in self.partitions[~wanted]]
-        todo = [int(i) for i in self.partitions[wanted]]
-        if not todo:
+        results = [PartitionResult(int(i), skipped=True, seconds=0.0, host=host)
+                   for i in self.partitions[~wanted]]
+        if not wanted.any():
             return results
+        todo = zip(self.partitions[wanted].tolist(), map(tuple, local[wanted].tolist()))
         # Outputs of partitions that are not done mean nothing (status decides): a batch with
         # none done starts from the fill values instead of reading its chunks back.
         nothing_done = not (stored == DONE).any()
         for name in (*self.outputs, "started", "finished"):
             fresh = nothing_done and name in self.declared
             self.values[name] = self._blank(name) if fresh else self._read(name)
-        now = time.time()
-        for index in todo:  # running: `tokensweep status` counts them as started, not finished
-            self.values["started"][self._local(index)] = now
+        # running: `tokensweep status` counts them as started, not finished
+        self.values["started"][tuple(local[wanted].T)] = time.time()
         self._write("started")
         failures, last_flush, dirty = [], time.monotonic(), False
-        for index in todo:
-            result = self._run_one(index, host)
+        for index, where in todo:
+            result = self._run_one(index, where, host)
             dirty = True
             if isinstance(result, str):
                 failures.append(result)
@@ -172,15 +172,13 @@ class _BatchWriter:
         if dirty:
             self.flush()
         if failures:
-            raise BatchError(f"{len(failures)} of {len(todo)} partition(s) of the batch failed: "
-                             + "; ".join(failures))
+            raise BatchError(f"{len(failures)} of {int(wanted.sum())} partition(s) of the batch "
+                             "failed: " + "; ".join(failures))
         return results
 
-    def _run_one(self, index: int, host: str) -> PartitionResult | str:
+    def _run_one(self, index: int, local: tuple[int, ...], host: str) -> PartitionResult | str:
         """One partition into memory: its result, or a line naming its failure."""
         part = self.plan[index]
-        label = self.plan.label(part)
-        local = self._local(index)
         started = time.time()
         try:
             if _inject_fault is not None:
@@ -188,6 +186,7 @@ class _BatchWriter:
             outputs = simulate_partition(self.sweep, part, self.plan)
             self._place(part, local, outputs)
         except Exception as exc:
+            label = self.plan.label(part)
             write_error(self.store, index, {"label": label, "host": host, "pid": os.getpid(),
                                             "error": describe_failure(exc),
                                             "traceback": traceback.format_exc(), "at": time.time()})
@@ -197,7 +196,7 @@ class _BatchWriter:
         if index in self.recorded:
             clear_error(self.store, index)
         self._set_status(local, DONE, started, finished)
-        return PartitionResult(index, label, skipped=False, seconds=finished - started,
+        return PartitionResult(index, skipped=False, seconds=finished - started,
                                nonfinite=int(np.count_nonzero(outputs.get("nonfinite", 0))),
                                host=host)
 

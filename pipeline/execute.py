@@ -38,7 +38,6 @@ _inject_fault = fault_injector()
 @dataclass(frozen=True)
 class PartitionResult:
     index: int
-    label: str
     skipped: bool
     seconds: float
     nonfinite: int = 0
@@ -104,7 +103,7 @@ def run_partition(sweep: SweepBase, store: str | Path, index: int) -> PartitionR
     host = socket.gethostname()
     chunks = _PartitionChunks(store, plan, part)
     if chunks.read("status") == DONE:
-        return PartitionResult(index, label, skipped=True, seconds=0.0, host=host)
+        return PartitionResult(index, skipped=True, seconds=0.0, host=host)
     started = time.time()
     chunks.write(started=started)  # running: `tokensweep status` counts it as started
     try:
@@ -122,7 +121,7 @@ def run_partition(sweep: SweepBase, store: str | Path, index: int) -> PartitionR
     clear_error(store, index)
     chunks.write(started=started, finished=finished, status=DONE)  # status last
     nonfinite = int(np.count_nonzero(outputs.get("nonfinite", 0)))
-    return PartitionResult(index, label, skipped=False, seconds=finished - started,
+    return PartitionResult(index, skipped=False, seconds=finished - started,
                            nonfinite=nonfinite, host=host)
 
 
