@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import xarray as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tokensweep.pipeline import execute
 from tokensweep.pipeline.execute import pending_partitions, run_partition, simulate_partition
 from tokensweep.pipeline.plan import Plan
-from tokensweep.pipeline.seeds import trajectory_rngs
+from tokensweep.pipeline.seeds import cell_key, trajectory_rngs
 from tokensweep.pipeline.spec import parse_sweep
 from tokensweep.pipeline.testing import fault_injector
 from tokensweep.pipeline.store import DONE, FAILED, PENDING, prepare_store, read_status, write_outputs
@@ -28,6 +32,31 @@ def load(store):
         cube = ds[OUTPUT_VARS].load()
     cube.attrs = {}  # creation times and hosts differ between stores; the numbers must not
     return cube
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**80), values=st.lists(st.floats(allow_nan=False), max_size=5),
+       indices=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=6))
+def test_generators_are_numpys_seed_sequence_ones(seed, values, indices):
+    """trajectory_rngs hashes all trajectories of a cell at once: the same PCG64 states as
+    numpy's SeedSequence(seed, spawn_key=(*cell_key, j)), for any seed, coordinates and index."""
+    coords = {f"a{i}": v for i, v in enumerate(values)}
+    key = cell_key(coords)
+    ours = trajectory_rngs(seed, coords, indices)
+    for rng, j in zip(ours, indices):
+        numpys = np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(*key, j)))
+        assert rng.bit_generator.state == numpys.state
+        assert rng.bit_generator.seed_seq.spawn_key == (*key, j)
+
+
+def test_generators_spawn_and_pickle_as_numpys():
+    ours = trajectory_rngs(7, {"beta": 1.0}, [3])[0]
+    numpys = np.random.Generator(np.random.PCG64(
+        np.random.SeedSequence(7, spawn_key=(*cell_key({"beta": 1.0}), 3))))
+    again = pickle.loads(pickle.dumps(ours))
+    assert again.standard_normal(3).tolist() == numpys.standard_normal(3).tolist()
+    for _ in range(2):  # the second spawn gives new children, as numpy's does
+        assert (ours.spawn(2)[1].standard_normal(2) == numpys.spawn(2)[1].standard_normal(2)).all()
 
 
 def test_plan_covers_every_trajectory_of_every_cell_once(tiny_spec):
