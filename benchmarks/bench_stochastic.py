@@ -14,7 +14,8 @@ d in {4, 16, 64} (and n = 2, whose fused path is not split, for context):
   the lanes path switched off (`stochastic._LANES`), i.e. the general path that ran n = 8
   before it (all three bit-identical); x: kernel / lanes, kernel / general;
 - every rate is timed by the CPU time of the process (all its threads; it is pinned to one
-  core), so other load on a shared machine counts little (it still costs caches);
+  core), so other load on a shared machine counts little (it still costs caches), and is the
+  best of REPEATS = 3 measurements (of at least TARGET_S each: load comes in bursts);
 - rng-bound: the rate if a step cost only drawing its min(n, d)*d normals with the same numpy
   Generator inside njit (buffers of NORMALS_PER_DRAW, as the kernel), nothing else; %: kernel / it,
   % ln: lanes / it, % gen: general / it;
@@ -72,6 +73,7 @@ from tokensweep.kernels.stochastic import (  # noqa: E402
 
 BETA, H, B, KERNEL_LAYERS = 1.0, 0.01, 256, 2000
 TARGET_S = 0.25  # seconds per timed measurement
+REPEATS = 3  # each rate is the best of this many measurements of TARGET_S (load comes in bursts)
 CLOCK = time.process_time  # CPU time of the (pinned) process: robust to other load on the machine
 
 
@@ -106,6 +108,11 @@ def numpy_rate(step, n, d):
         for _ in range(layers):
             x = step(x, rng)
         elapsed = CLOCK() - t0
+    for _ in range(REPEATS - 1):
+        t0 = CLOCK()
+        for _ in range(layers):
+            x = step(x, rng)
+        elapsed = min(elapsed, CLOCK() - t0)
     return B * layers / elapsed
 
 
@@ -129,6 +136,8 @@ def kernel_rate(noise, n, d, clock=CLOCK, use_lanes=True, use_pairs=True):
     while elapsed < TARGET_S:
         ntraj = max(2 * ntraj, int(ntraj * 1.2 * TARGET_S / max(elapsed, 1e-6)))
         elapsed = run(ntraj)
+    for _ in range(REPEATS - 1):
+        elapsed = min(elapsed, run(ntraj))
     return ntraj * KERNEL_LAYERS / elapsed
 
 
@@ -156,6 +165,10 @@ def rng_bound(n, d):
         t0 = CLOCK()
         _draw(rng, per_step, steps, NORMALS_PER_DRAW)
         elapsed = CLOCK() - t0
+    for _ in range(REPEATS - 1):
+        t0 = CLOCK()
+        _draw(rng, per_step, steps, NORMALS_PER_DRAW)
+        elapsed = min(elapsed, CLOCK() - t0)
     return steps / elapsed
 
 
