@@ -15,7 +15,8 @@ d in {4, 16, 64} (and n = 2, whose fused path is not split, for context):
   before it (all three bit-identical); x: kernel / lanes, kernel / general;
 - every rate is timed by the CPU time of the process (all its threads; it is pinned to one
   core), so other load on a shared machine counts little (it still costs caches), and is the
-  best of REPEATS = 3 measurements (of at least TARGET_S each: load comes in bursts);
+  best of ROUNDS = 3 rounds, each of which measures every column of the row once (load comes
+  in bursts of seconds: the rounds spread each column's measurements over the row's time);
 - rng-bound: the rate if a step cost only drawing its min(n, d)*d normals with the same numpy
   Generator inside njit (buffers of NORMALS_PER_DRAW, as the kernel), nothing else; %: kernel / it,
   % ln: lanes / it, % gen: general / it;
@@ -73,7 +74,7 @@ from tokensweep.kernels.stochastic import (  # noqa: E402
 
 BETA, H, B, KERNEL_LAYERS = 1.0, 0.01, 256, 2000
 TARGET_S = 0.25  # seconds per timed measurement
-REPEATS = 3  # each rate is the best of this many measurements of TARGET_S (load comes in bursts)
+ROUNDS = 3  # the table's rates: best of this many rounds, each measuring every column once
 CLOCK = time.process_time  # CPU time of the (pinned) process: robust to other load on the machine
 
 
@@ -108,11 +109,6 @@ def numpy_rate(step, n, d):
         for _ in range(layers):
             x = step(x, rng)
         elapsed = CLOCK() - t0
-    for _ in range(REPEATS - 1):
-        t0 = CLOCK()
-        for _ in range(layers):
-            x = step(x, rng)
-        elapsed = min(elapsed, CLOCK() - t0)
     return B * layers / elapsed
 
 
@@ -136,8 +132,6 @@ def kernel_rate(noise, n, d, clock=CLOCK, use_lanes=True, use_pairs=True):
     while elapsed < TARGET_S:
         ntraj = max(2 * ntraj, int(ntraj * 1.2 * TARGET_S / max(elapsed, 1e-6)))
         elapsed = run(ntraj)
-    for _ in range(REPEATS - 1):
-        elapsed = min(elapsed, run(ntraj))
     return ntraj * KERNEL_LAYERS / elapsed
 
 
@@ -165,10 +159,6 @@ def rng_bound(n, d):
         t0 = CLOCK()
         _draw(rng, per_step, steps, NORMALS_PER_DRAW)
         elapsed = CLOCK() - t0
-    for _ in range(REPEATS - 1):
-        t0 = CLOCK()
-        _draw(rng, per_step, steps, NORMALS_PER_DRAW)
-        elapsed = min(elapsed, CLOCK() - t0)
     return steps / elapsed
 
 
@@ -439,12 +429,19 @@ def main():
     print("-" * len(head))
     no_jax = False
     for n, d in ((2, 4), (2, 16), (2, 64), (8, 4), (8, 16), (8, 64)):
-        kernel = kernel_rate("gaussian", n, d)
-        one = kernel_rate("gaussian", n, d, use_pairs=False) if n > 2 else kernel
-        general = kernel_rate("gaussian", n, d, use_lanes=False) if n > 2 else kernel
-        bound = rng_bound(n, d)
-        np_lit = numpy_rate(numpy_step_literal, n, d)
-        np_qr = numpy_rate(numpy_step_qr, n, d)
+        best = {}
+        for _ in range(ROUNDS):  # load comes in bursts: each column's best of the rounds
+            rates = {"kernel": kernel_rate("gaussian", n, d),
+                     "bound": rng_bound(n, d),
+                     "np_lit": numpy_rate(numpy_step_literal, n, d),
+                     "np_qr": numpy_rate(numpy_step_qr, n, d)}
+            if n > 2:
+                rates["one"] = kernel_rate("gaussian", n, d, use_pairs=False)
+                rates["general"] = kernel_rate("gaussian", n, d, use_lanes=False)
+            for k, v in rates.items():
+                best[k] = max(best.get(k, 0.0), v)
+        kernel, bound, np_lit, np_qr = best["kernel"], best["bound"], best["np_lit"], best["np_qr"]
+        one, general = best.get("one", kernel), best.get("general", kernel)
         jax = jax_rate(n, d)
         no_jax = jax is None
         jax_cols = f"{'-':>9} {'-':>5}" if no_jax else f"{jax:>9.3g} {kernel / jax:>5.1f}"

@@ -22,7 +22,8 @@ general path (tests/test_kernel_stochastic_lanes.py compares the two on many cel
 
 The state is transposed back to rows only at checkpoints (outcomes, observables, states).
 
-Where the time goes (n = 8, ns per step, `benchmarks/bench_stochastic.py`, one core, load ~15):
+Where the time goes (n = 8, ns per step, `benchmarks/bench_stochastic.py`, one core, load ~15;
+an earlier machine, whose draws were 3x faster than those measured in `stochastic_pairs`):
 
     d  | draws  overlaps  attention     R  noise  step | kernel  (general path)
     4  |    51        11         90    86     10    28 |    364  (1036)
@@ -32,8 +33,10 @@ Where the time goes (n = 8, ns per step, `benchmarks/bench_stochastic.py`, one c
 What is left besides the draws is mostly the Householder R: per column two dependent vector
 chains over the rows (the dot products, then the next column's norm: 2 (d - k) adds at the
 adder's latency, with a sqrt and a division between), so it runs near its latency bound. Only
-independent work beside it would hide that (two trajectories per pass) or fewer dependent
-operations (a factor of the n x n Gram: another random stream). Tried, no gain: drawing the
+independent work beside it hides that: `stochastic_pairs` runs two trajectories per pass (the
+default where a call has two or more; this module then runs an odd last one, and the survivor
+of a pair whose other trajectory ended, `continue_lanes`); fewer dependent operations would
+need a factor of the n x n Gram (another random stream). Tried, no gain: drawing the
 layer's normals one by one inside the Householder loops (the call into numpy's generator
 clobbers the vector registers: 30-50 % slower); eight rows side by side in Ahat and the noise.
 Taken for the defaults only (gaussian law and noise, Q = K = I, SA or USA, discrete scheme,

@@ -15,14 +15,40 @@ Where the two differ:
 - per-trajectory scalars (a column's alpha, norm, R_kk, u_0, |u|^2) are kept twice and enter
   the vectors by `splat2` (A's value in lanes 0-7, B's in 8-15);
 - a Householder column that is exactly zero below the diagonal (no reflection, LAPACK tau = 0)
-  for one trajectory only: both chains run and `where` keeps that trajectory's column unreflected;
-  its next norm is then the same sum, in the same order, as `householder_lanes`' scalar loop;
+  for one trajectory only: both chains run and `where` keeps that trajectory's columns
+  unreflected; its next norm is `householder_lanes`' scalar loop (`_next_norm`);
+- from column k = 3 on, the Householder passes carry only the upper four lanes of each
+  trajectory (`load_quads`; lanes <= k are never read again): two trajectories' reflections are
+  bound by their stores (four 32-byte stores a row), so this halves them;
 - the rare paths (an exponent of |e| >= 512, a squared norm 0, inf or NaN) run per lane as there;
   a trajectory whose step fails is flagged, the other one's step completes;
 - when one trajectory ends (non-finite step or early stop), the other continues alone in
   `stochastic_lanes.continue_lanes` from the next layer with its buffer, position and checkpoint.
 Sums of eight accumulators there are blocked by two here (rows of the Gram, columns of Ahat and
 of the noise): 2 x 4 vector registers, against 16 on AVX2; each sum keeps its order.
+`stochastic._run` hands trajectories 2u, 2u + 1 to one call (an odd last one runs alone), also
+on threads (a pair is a unit of work; results do not depend on the thread count).
+
+Where the time goes, ns per trajectory-step (n = 8, SA, beta = 1; the split of
+`benchmarks/bench_stochastic.py`, each part alone on states along a trajectory, best of 5,
+`taskset -c 1`, a 2-core VM shared with other jobs, load average 6-7 during the run; the
+draws are the same for both paths):
+
+    d  | path  | draws  overlaps  attention     R  noise  step
+    4  | lanes |   172        40        151   126     17    32
+    4  | pairs |   172        26        164   136     24    25
+    16 | lanes |  1334       141        193   451     93    53
+    16 | pairs |  1334        70        230   322     87    55
+    64 | lanes |  5272       575        453  1387    363   157
+    64 | pairs |  5272       197        377   776    242   126
+
+The overlaps halve (eight accumulators of 16 lanes, no longer latency-bound), the R drops by
+30-45 % at d >= 16 (its per-column scalar chain, sqrt -> u_0 -> dot products -> division ->
+reflections -> next norm, stays serial per pair; at d = 4 that chain is all there is), the
+attention does not move (its exponentials' table lookups, lane by lane, bound it by
+throughput). Whole kernel: 1.0-1.3x the lanes path, run to run on this shared machine
+(`bench_stochastic.py`'s "lanes" column), where the draws (~11 ns a normal with numpy's PCG64
+inside njit) are 55-65 % of a step at d >= 16.
 """
 
 import numpy as np
