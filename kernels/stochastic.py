@@ -67,9 +67,9 @@ Generalisations (docs/models.md 4.4; the defaults below run the code paths above
   stream of the gaussian noise path.
 The n = 2 fused path runs only for the defaults (gaussian law and noise, Q = K = I, discrete).
 
-Threads (threads > 1): trajectories are handed out one at a time to a pool of threads; each has
-its own Generator and writes its own rows, and the kernels release the GIL, so the outputs do not
-depend on the thread count.
+Threads (threads > 1): trajectories are handed out one at a time (two at a time on the lanes
+path's pairs) to a pool of threads; each has its own Generator and writes its own rows, and the
+kernels release the GIL, so the outputs do not depend on the thread count.
 """
 
 import numpy as np
