@@ -9,17 +9,21 @@ beta = 1, h = 0.01, gaussian noise path. The default run prints, in one run, at 
 d in {4, 16, 64} (and n = 2, whose fused path is not split, for context):
 
 - kernel: `simulate_stochastic_transformer`, one trajectory per Generator, 2000 layers each;
-  at n = 8 it takes the lanes path (`stochastic_lanes`); general: the same call with the lanes
-  path switched off (`stochastic._LANES`), i.e. the general path that ran n = 8 before it
-  (bit-identical results); x: kernel / general;
+  at n = 8 it takes the lanes path two trajectories at a time (`stochastic_pairs`); lanes: the
+  same call one trajectory at a time (`stochastic._PAIRS` off, `stochastic_lanes`); general:
+  the lanes path switched off (`stochastic._LANES`), i.e. the general path that ran n = 8
+  before it (all three bit-identical); x: kernel / lanes, kernel / general;
 - every rate is timed by the CPU time of the process (all its threads; it is pinned to one
-  core), so other load on a shared machine counts little (it still costs caches);
+  core), so other load on a shared machine counts little (it still costs caches), and is the
+  best of ROUNDS = 3 rounds, each of which measures every column of the row once (load comes
+  in bursts of seconds: the rounds spread each column's measurements over the row's time);
 - rng-bound: the rate if a step cost only drawing its min(n, d)*d normals with the same numpy
-  Generator inside njit (buffers of NORMALS_PER_DRAW, as the kernel), nothing else; %: kernel / it;
+  Generator inside njit (buffers of NORMALS_PER_DRAW, as the kernel), nothing else; %: kernel / it,
+  % ln: lanes / it, % gen: general / it;
 - numpy-lit / numpy-qr: plain numpy vectorised over a batch of B = 256 trajectories (B x n x d),
   drawing the literal V_k (B x d x d normals per layer), resp. the exact Gaussian shortcut (batched
-  QR of A, B x n x d normals, as the kernel); x: kernel / the faster of the two; x gen: general /
-  the faster of the two;
+  QR of A, B x n x d normals, as the kernel); x: kernel / the faster of the two; x ln, x gen:
+  lanes, general / the faster of the two;
 - jax: the same model in JAX as a JAX user writes it (float64, jit, the B = 256 batch as a leading
   axis, `lax.scan` over 200 steps, softmax, a Cholesky of the n x n Gram of the attention outputs
   per step, `jax.random.normal`), one core (XLA_FLAGS below); x: kernel / jax. Skipped with a note
@@ -31,7 +35,9 @@ d in {4, 16, 64} (and n = 2, whose fused path is not split, for context):
   `lanes.exp`, Ahat), the Householder R, the noise s W^T R, the step with its normalisation, and
   the checkpoint reductions (back to rows + overlaps + class + cluster count; once per
   checkpoint, not per layer). "sum" adds the per-layer parts, "kernel" is the whole kernel per
-  step (CPU time).
+  step (CPU time). Row "lanes": one trajectory (`stochastic_lanes`); row "pairs": the same parts
+  of `stochastic_pairs` on two states side by side (two consecutive states of the list), per
+  trajectory (half the time of a call), with the draws and checkpoint of the lanes row.
 
 The process is pinned to one core (sched_setaffinity) when the OS allows it; the load average is
 printed with the table, as the machine may be shared. --threads runs one partition (200
@@ -58,6 +64,7 @@ from numba import njit  # noqa: E402
 from tokensweep.kernels import attention as att  # noqa: E402
 from tokensweep.kernels import stochastic  # noqa: E402
 from tokensweep.kernels import stochastic_lanes as lanes  # noqa: E402
+from tokensweep.kernels import stochastic_pairs as pairs  # noqa: E402
 from tokensweep.kernels.outcomes import allocate_outputs, record_overlaps  # noqa: E402
 from tokensweep.kernels.stochastic import (  # noqa: E402
     NORMALS_PER_DRAW,
@@ -67,6 +74,7 @@ from tokensweep.kernels.stochastic import (  # noqa: E402
 
 BETA, H, B, KERNEL_LAYERS = 1.0, 0.01, 256, 2000
 TARGET_S = 0.25  # seconds per timed measurement
+ROUNDS = 3  # the table's rates: best of this many rounds, each measuring every column once
 CLOCK = time.process_time  # CPU time of the (pinned) process: robust to other load on the machine
 
 
@@ -104,11 +112,12 @@ def numpy_rate(step, n, d):
     return B * layers / elapsed
 
 
-def kernel_rate(noise, n, d, clock=CLOCK, use_lanes=True):
-    """Kernel steps per second; use_lanes=False: the general path (`stochastic._LANES` off)."""
+def kernel_rate(noise, n, d, clock=CLOCK, use_lanes=True, use_pairs=True):
+    """Kernel steps per second; use_lanes=False: the general path (`stochastic._LANES` off);
+    use_pairs=False: the lanes path one trajectory at a time (`stochastic._PAIRS` off)."""
     def run(ntraj):
         rngs = [np.random.default_rng([1, i]) for i in range(ntraj)]
-        stochastic._LANES = use_lanes
+        stochastic._LANES, stochastic._PAIRS = use_lanes, use_pairs
         try:
             t0 = clock()
             simulate_stochastic_transformer(rngs, n=n, d=d, beta=BETA, T=H * KERNEL_LAYERS,
@@ -116,9 +125,9 @@ def kernel_rate(noise, n, d, clock=CLOCK, use_lanes=True):
                                             noise=noise)
             return clock() - t0
         finally:
-            stochastic._LANES = True
+            stochastic._LANES, stochastic._PAIRS = True, True
 
-    run(1)  # JIT warm-up (or cache load)
+    run(2)  # JIT warm-up (or cache load), of the pairs path too
     ntraj, elapsed = 1, run(1)
     while elapsed < TARGET_S:
         ntraj = max(2 * ntraj, int(ntraj * 1.2 * TARGET_S / max(elapsed, 1e-6)))
@@ -240,6 +249,42 @@ def _p_checkpoint(xt, x, g, out, reps):
         record_overlaps(g, 1e-3, out, 0, 0)
 
 
+@njit(nogil=True)
+def _q_gram(xt, g16, reps):
+    for _ in range(reps):
+        pairs.gram_pairs(xt, 8, g16)
+
+
+@njit(nogil=True)
+def _q_attention(xt, g16, at, norms, reps):
+    logscale, mask, expo, wt = np.zeros(16), np.ones(16), np.empty(16), np.empty(128)
+    for _ in range(reps):
+        pairs.attention_pairs(xt, g16, 8, BETA, att.SA, at, logscale, expo, wt, mask, norms)
+
+
+@njit(nogil=True)
+def _q_qr(ahat_t, at, rl, norms, reps):
+    for _ in range(reps):
+        at[:, :] = ahat_t
+        pairs.householder_pairs(at, 8, rl, norms)
+
+
+@njit(nogil=True)
+def _q_values(rl, buf, dir_t, reps):
+    rs = np.empty(rl.size)
+    for _ in range(reps):
+        pairs.noise_pairs(rl, 1.0, buf, buf, 0, dir_t, rs)
+
+
+@njit(nogil=True)
+def _q_step(xt0, xt, logscale, dir_t, reps):
+    fx, fa, norm2, inv, pad = np.ones(16), np.zeros(16), np.zeros(16), np.ones(16), np.zeros(16)
+    column = np.empty((1, xt.shape[0]))
+    for _ in range(reps):
+        xt[:, :] = xt0
+        pairs.step_pairs(xt, 8, att.SA, np.sqrt(H), logscale, dir_t, fx, fa, norm2, inv, pad, column)
+
+
 def best_ns(jobs, reps, rounds=5):
     """Best-of-rounds thread CPU time per call (ns) of each (function, args), taken in turn."""
     best = [np.inf] * len(jobs)
@@ -275,6 +320,24 @@ def profile_state(x, rng, reps):
             "noise": t[5], "step": t[6] - t[7], "checkpoint": t[8]}
 
 
+def profile_pair_state(xa, xb, reps):
+    """ns per trajectory-step of each part of the pairs path (n = 8) on the states xa, xb."""
+    n, d = xa.shape
+    r = min(n, d)
+    xt = np.ascontiguousarray(np.concatenate([xa.T, xb.T], axis=1))
+    g16, ahat_t, norms, rl = np.zeros((8, 16)), np.zeros((d, 16)), np.zeros(16), np.zeros((r, 16))
+    pairs.gram_pairs(xt, n, g16)
+    _q_attention(xt, g16, ahat_t, norms, 1)
+    pairs.householder_pairs(ahat_t.copy(), n, rl, norms)
+    buf, dir_t = np.random.default_rng(0).standard_normal(r * d), np.zeros((d, 16))
+    t = best_ns([(_q_gram, (xt, g16)), (_q_attention, (xt, g16, ahat_t.copy(), norms.copy())),
+                 (_q_qr, (ahat_t, ahat_t.copy(), rl, norms)), (_p_copy, (ahat_t, ahat_t.copy())),
+                 (_q_values, (rl, buf, dir_t)), (_q_step, (xt, xt.copy(), np.zeros(16), dir_t)),
+                 (_p_copy, (xt, xt.copy()))], reps)
+    return {"gram": t[0] / 2, "attention": t[1] / 2, "R": (t[2] - t[3]) / 2, "noise": t[4] / 2,
+            "step": (t[5] - t[6]) / 2}
+
+
 PARTS = ("draws", "gram", "attention", "R", "noise", "step")
 
 
@@ -284,23 +347,38 @@ def split(n, d):
     states, _ = simulate_stochastic_states([np.random.default_rng([3, 0])], n=n, d=d, beta=BETA,
                                            T=H * layers[-1], layers=layers[-1],
                                            checkpoint_layers=layers)
-    rows = [profile_state(np.ascontiguousarray(states[0, c]), np.random.default_rng(c),
-                          max(200, 200_000 // (n * d))) for c in range(len(layers))]
+    reps = max(200, 200_000 // (n * d))
+    rows = [profile_state(np.ascontiguousarray(states[0, c]), np.random.default_rng(c), reps)
+            for c in range(len(layers))]
     mean = {k: float(np.mean([row[k] for row in rows])) for k in rows[0]}
     mean["sum"] = sum(mean[p] for p in PARTS)
     mean["kernel"] = 1e9 / kernel_rate("gaussian", n, d, clock=time.thread_time)
-    return mean
+    rows = [profile_pair_state(states[0, c], states[0, (c + 1) % len(layers)], reps)
+            for c in range(len(layers))]
+    two = {k: float(np.mean([row[k] for row in rows])) for k in rows[0]}
+    two["draws"] = mean["draws"]
+    two["checkpoint"] = mean["checkpoint"]
+    two["sum"] = sum(two[p] for p in PARTS)
+    two["kernel"] = mean["kernel"]
+    stochastic._PAIRS = False
+    try:
+        mean["kernel"] = 1e9 / kernel_rate("gaussian", n, d, clock=time.thread_time)
+    finally:
+        stochastic._PAIRS = True
+    return mean, two
 
 
 def split_table(splits):
-    head = (f"{'n':>3} {'d':>3} | " + " ".join(f"{p:>9}" for p in PARTS)
+    head = (f"{'n':>3} {'d':>3} {'path':>6} | " + " ".join(f"{p:>9}" for p in PARTS)
             + f" | {'sum':>7} {'kernel':>7} | {'checkpoint':>10}")
-    print("per-component split of the lanes path (gaussian, SA, beta = 1), ns per step")
+    print("per-component split of the lanes path, one trajectory (lanes) and two side by side "
+          "(pairs, per trajectory) (gaussian, SA, beta = 1), ns per step")
     print(head)
     print("-" * len(head))
-    for (n, d), m in splits.items():
-        print(f"{n:>3} {d:>3} | " + " ".join(f"{m[p]:>9.0f}" for p in PARTS)
-              + f" | {m['sum']:>7.0f} {m['kernel']:>7.0f} | {m['checkpoint']:>10.0f}", flush=True)
+    for (n, d), both in splits.items():
+        for path, m in zip(("lanes", "pairs"), both):
+            print(f"{n:>3} {d:>3} {path:>6} | " + " ".join(f"{m[p]:>9.0f}" for p in PARTS)
+                  + f" | {m['sum']:>7.0f} {m['kernel']:>7.0f} | {m['checkpoint']:>10.0f}", flush=True)
 
 
 def profile():
@@ -343,25 +421,35 @@ def main():
           f"NUMBA_NUM_THREADS={os.environ['NUMBA_NUM_THREADS']}, BLAS threads 1, B = {B}, "
           f"pinned to core {core}, load average {os.getloadavg()[0]:.2f}")
     t_start = time.perf_counter()
-    head = (f"{'n':>3} {'d':>3} | {'kernel':>9} | {'general':>9} {'x':>5} | {'rng-bound':>9} {'%':>4} "
-            f"{'% gen':>5} | {'numpy-lit':>9} {'numpy-qr':>9} {'x':>5} {'x gen':>5} | {'jax':>9} {'x':>5}")
+    head = (f"{'n':>3} {'d':>3} | {'kernel':>9} | {'lanes':>9} {'x':>5} | {'general':>9} {'x':>5} | "
+            f"{'rng-bound':>9} {'%':>4} {'% ln':>5} {'% gen':>5} | {'numpy-lit':>9} {'numpy-qr':>9} "
+            f"{'x':>5} {'x ln':>5} {'x gen':>5} | {'jax':>9} {'x':>5}")
     print("trajectory-steps per second (gaussian noise path)")
     print(head)
     print("-" * len(head))
     no_jax = False
     for n, d in ((2, 4), (2, 16), (2, 64), (8, 4), (8, 16), (8, 64)):
-        kernel = kernel_rate("gaussian", n, d)
-        general = kernel_rate("gaussian", n, d, use_lanes=False) if n > 2 else kernel
-        bound = rng_bound(n, d)
-        np_lit = numpy_rate(numpy_step_literal, n, d)
-        np_qr = numpy_rate(numpy_step_qr, n, d)
+        best = {}
+        for _ in range(ROUNDS):  # load comes in bursts: each column's best of the rounds
+            rates = {"kernel": kernel_rate("gaussian", n, d),
+                     "bound": rng_bound(n, d),
+                     "np_lit": numpy_rate(numpy_step_literal, n, d),
+                     "np_qr": numpy_rate(numpy_step_qr, n, d)}
+            if n > 2:
+                rates["one"] = kernel_rate("gaussian", n, d, use_pairs=False)
+                rates["general"] = kernel_rate("gaussian", n, d, use_lanes=False)
+            for k, v in rates.items():
+                best[k] = max(best.get(k, 0.0), v)
+        kernel, bound, np_lit, np_qr = best["kernel"], best["bound"], best["np_lit"], best["np_qr"]
+        one, general = best.get("one", kernel), best.get("general", kernel)
         jax = jax_rate(n, d)
         no_jax = jax is None
         jax_cols = f"{'-':>9} {'-':>5}" if no_jax else f"{jax:>9.3g} {kernel / jax:>5.1f}"
         best_numpy = max(np_lit, np_qr)
-        print(f"{n:>3} {d:>3} | {kernel:>9.3g} | {general:>9.3g} {kernel / general:>5.2f} | "
-              f"{bound:>9.3g} {100 * kernel / bound:>4.0f} {100 * general / bound:>5.0f} | "
-              f"{np_lit:>9.3g} {np_qr:>9.3g} {kernel / best_numpy:>5.1f} {general / best_numpy:>5.1f} | "
+        print(f"{n:>3} {d:>3} | {kernel:>9.3g} | {one:>9.3g} {kernel / one:>5.2f} | "
+              f"{general:>9.3g} {kernel / general:>5.2f} | {bound:>9.3g} {100 * kernel / bound:>4.0f} "
+              f"{100 * one / bound:>5.0f} {100 * general / bound:>5.0f} | {np_lit:>9.3g} {np_qr:>9.3g} "
+              f"{kernel / best_numpy:>5.1f} {one / best_numpy:>5.1f} {general / best_numpy:>5.1f} | "
               f"{jax_cols}", flush=True)
     if no_jax:
         print("jax is not installed: the JAX column is skipped (pip install 'tokensweep[bench]')")

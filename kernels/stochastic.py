@@ -29,7 +29,9 @@ concatenation whatever the batch size, so outputs are bit-identical for any `dra
 Every other run takes the general path, `_trajectory` (`stochastic_general.trajectory`, whose
 exponentials are vectorised by `fast_exp`, bit-identical), or for 3 <= n <= 8 with the defaults
 (SA or USA) its bit-identical lanes version, `stochastic_lanes.trajectory_lanes` (one token per
-SIMD lane; `_LANES` switches it off for tests). Two tokens with gaussian noise (the main
+SIMD lane; `_LANES` switches it off for tests), two trajectories at a time side by side
+(`stochastic_pairs.trajectory_pairs`, sixteen lanes, bit-identical; `_PAIRS` switches it off,
+an odd last trajectory runs alone). Two tokens with gaussian noise (the main
 production case) run `_trajectory_pair`: the same
 floating-point operations in the same order as the general `_trajectory`, fused into one pass per
 layer (no helper calls, scratch copies or zero fills), so its results are bit-identical to the
@@ -65,9 +67,9 @@ Generalisations (docs/models.md 4.4; the defaults below run the code paths above
   stream of the gaussian noise path.
 The n = 2 fused path runs only for the defaults (gaussian law and noise, Q = K = I, discrete).
 
-Threads (threads > 1): trajectories are handed out one at a time to a pool of threads; each has
-its own Generator and writes its own rows, and the kernels release the GIL, so the outputs do not
-depend on the thread count.
+Threads (threads > 1): trajectories are handed out one at a time (two at a time on the lanes
+path's pairs) to a pool of threads; each has its own Generator and writes its own rows, and the
+kernels release the GIL, so the outputs do not depend on the thread count.
 """
 
 import numpy as np
@@ -100,12 +102,14 @@ from .stochastic_general import stop as _stop
 from .stochastic_general import trajectory as _trajectory
 from .stochastic_lanes import MAX_TOKENS, trajectory_lanes
 from .stochastic_options import NO_QK, SCHEMES, VALUE_LAWS, check_options, query_key
+from .stochastic_pairs import trajectory_pairs
 
 ATTENTIONS = vocabulary.STOCHASTIC_ATTENTIONS
 NOISES = vocabulary.NOISES
 NORMALS_PER_DRAW = 4096  # default buffer size (normals), when draw_batch is not given
 _SPECIALISE = True  # n = 2 gaussian runs use _trajectory_pair (bit-identical); tests switch it off
 _LANES = True  # 3 <= n <= 8 runs of the defaults use trajectory_lanes (bit-identical); idem
+_PAIRS = True  # and run two trajectories side by side (trajectory_pairs, bit-identical); idem
 _FAST_EXP = None  # whether fast_exp reproduces libm's exp here: checked once, at the first run
 
 __all__ = [
@@ -328,7 +332,20 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
         else:
             trajectory(*args)
 
-    for_each_trajectory(run_one, ntraj, threads)
+    if trajectory is trajectory_lanes and _PAIRS:
+        def run_pair(u):  # trajectories 2u and 2u + 1 side by side; an odd last one alone
+            ra, rb = 2 * u, 2 * u + 1
+            if rb == ntraj:
+                return run_one(ra)
+            xa = np.empty((n, d)) if x0 is None else x0[ra].copy()
+            xb = np.empty((n, d)) if x0 is None else x0[rb].copy()
+            trajectory_pairs(rngs[ra], xa, rngs[rb], xb, x0 is None, float(beta), att,
+                             float(value_std), h, layers, ckpt, times, float(eps), batch, window,
+                             out, ra, rb, states)
+
+        for_each_trajectory(run_pair, (ntraj + 1) // 2, threads)
+    else:
+        for_each_trajectory(run_one, ntraj, threads)
     return observables.returned(out, OUTPUTS, record, states), states
 
 

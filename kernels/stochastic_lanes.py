@@ -22,7 +22,8 @@ general path (tests/test_kernel_stochastic_lanes.py compares the two on many cel
 
 The state is transposed back to rows only at checkpoints (outcomes, observables, states).
 
-Where the time goes (n = 8, ns per step, `benchmarks/bench_stochastic.py`, one core, load ~15):
+Where the time goes (n = 8, ns per step, `benchmarks/bench_stochastic.py`, one core, load ~15;
+an earlier machine, whose draws were 3x faster than those measured in `stochastic_pairs`):
 
     d  | draws  overlaps  attention     R  noise  step | kernel  (general path)
     4  |    51        11         90    86     10    28 |    364  (1036)
@@ -32,8 +33,10 @@ Where the time goes (n = 8, ns per step, `benchmarks/bench_stochastic.py`, one c
 What is left besides the draws is mostly the Householder R: per column two dependent vector
 chains over the rows (the dot products, then the next column's norm: 2 (d - k) adds at the
 adder's latency, with a sqrt and a division between), so it runs near its latency bound. Only
-independent work beside it would hide that (two trajectories per pass) or fewer dependent
-operations (a factor of the n x n Gram: another random stream). Tried, no gain: drawing the
+independent work beside it hides that: `stochastic_pairs` runs two trajectories per pass (the
+default where a call has two or more; this module then runs an odd last one, and the survivor
+of a pair whose other trajectory ended, `continue_lanes`); fewer dependent operations would
+need a factor of the n x n Gram (another random stream). Tried, no gain: drawing the
 layer's normals one by one inside the Householder loops (the call into numpy's generator
 clobbers the vector registers: 30-50 % slower); eight rows side by side in Ahat and the noise.
 Taken for the defaults only (gaussian law and noise, Q = K = I, SA or USA, discrete scheme,
@@ -56,12 +59,15 @@ from .lanes import (
     exp_is_rare,
     lane,
     load,
+    load_as,
     max_of,
     mul,
     splat,
+    splat_as,
     sqrt,
     store,
     sub,
+    width_of,
 )
 from .outcomes import finish_trajectory, record_overlaps, resolved_for
 from .stochastic_general import stop
@@ -93,40 +99,53 @@ def gram_lanes(xt, g8):
     store(g8, 56, a7)
 
 
+@njit(nogil=True, inline="always")
+def attention_weights(g, n, beta, kind, logscale, expo, wt, mask, zero):
+    """The attention weights of every token, one per lane, from the overlaps g (8, w): wt[w j + q]
+    = w_qj, logscale the c_q; returns the factor of Ahat per lane (1 / the row sum for SA, the
+    mask for USA). w = 8 (one trajectory) or 16 (two, `stochastic_pairs`): zero, splat(0.0) of
+    that width, chooses (not cached: lanes values are its arguments; inlined into the callers).
+
+    G is symmetric to the bit, so lane i of row j of g is <x_i, x_j>: the maxima, exponents and
+    row sums of all tokens run across lanes, j in order; the exponentials by `lanes.exp`
+    (fast_exp's formula, libm's bits), np.exp where it is not libm's (as exp_array).
+    """
+    w = width_of(zero)
+    bv = splat_as(zero, beta)
+    m = splat_as(zero, -np.inf)
+    for j in range(n):
+        m = max_of(m, mul(bv, load_as(zero, g, j * w)))
+    total = zero
+    for j in range(n):
+        e = sub(mul(bv, load_as(zero, g, j * w)), m)
+        wj = exp(e, TAIL, HEAD)
+        if exp_is_rare(e):  # |e| >= 512, inf or NaN: np.exp's own path, as exp_array
+            store(expo, 0, e)
+            store(wt, j * w, wj)
+            for q in range(w):
+                if not (abs(expo[q]) < 512.0):
+                    wt[j * w + q] = np.exp(expo[q])
+            wj = load_as(zero, wt, j * w)
+        store(wt, j * w, wj)
+        total = add(total, wj)
+    if kind == USA:
+        store(logscale, 0, sub(m, splat_as(zero, np.log(n))))
+        return load_as(zero, mask, 0)
+    store(logscale, 0, zero)
+    return mul(div(splat_as(zero, 1.0), total), load_as(zero, mask, 0))
+
+
 @njit(nogil=True, cache=True, inline="always")
 def attention_lanes(xt, g8, n, beta, kind, ahat_t, logscale, expo, wt, mask, norms):
     """`attention_fast` (SA, USA) into ahat_t (d, 8), Ahat_i in lane i; logscale (8,) the c_i.
 
-    G is symmetric to the bit, so lane i of row j of g8 is <x_i, x_j>: the maxima, exponents
-    and row sums of all tokens run across lanes, j in order; the exponentials by `lanes.exp`
-    (fast_exp's formula, libm's bits). expo (8,), wt (8 n,): work; wt[8 j + i] = w_ij. mask (8,): 1 in lanes < n, 0 elsewhere
+    The weights by `attention_weights`; Ahat^T[k, :] = sum_j w[:, j] x_jk over j in order, four
+    k side by side. expo (8,), wt (8 n,): work; wt[8 j + i] = w_ij. mask (8,): 1 in lanes < n, 0 elsewhere
     (x * 1.0 = x exactly, so USA's Ahat is the bare sum as in `finish_row`). norms (8,): output,
     lane j the sum over rows i >= 1 of Ahat^T[i, j]^2 in order (`householder_lanes`' first norm).
     """
     d = xt.shape[0]
-    bv = splat(beta)
-    m = splat(-np.inf)
-    for j in range(n):
-        m = max_of(m, mul(bv, load(g8, j * WIDTH)))
-    total = splat(0.0)
-    for j in range(n):
-        e = sub(mul(bv, load(g8, j * WIDTH)), m)
-        wj = exp(e, TAIL, HEAD)
-        if exp_is_rare(e):  # |e| >= 512, inf or NaN: np.exp's own path, as exp_array
-            store(expo, 0, e)
-            store(wt, j * WIDTH, wj)
-            for q in range(WIDTH):
-                if not (abs(expo[q]) < 512.0):
-                    wt[j * WIDTH + q] = np.exp(expo[q])
-            wj = load(wt, j * WIDTH)
-        store(wt, j * WIDTH, wj)
-        total = add(total, wj)
-    if kind == USA:
-        sv = load(mask, 0)
-        store(logscale, 0, sub(m, splat(np.log(n))))
-    else:
-        sv = mul(div(splat(1.0), total), load(mask, 0))
-        store(logscale, 0, splat(0.0))
+    sv = attention_weights(g8, n, beta, kind, logscale, expo, wt, mask, splat(0.0))
     nrm = splat(0.0)
     k = 0
     while k + 4 <= d:
@@ -243,6 +262,42 @@ def noise_lanes(rl, s, buf, off, dir_t, rs):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def usa_factors(logscale, n, coef, fx, fa):
+    """USA's factors of the step per lane q (token q % 8 < n): fx = e^{-c} if c > 0, fa =
+    coef e^c if c < 0, else 1 and coef (as `scaled_step`); the padding keeps fx = 1, fa = 0."""
+    for q in range(fx.shape[0]):
+        if q % WIDTH < n:
+            c = logscale[q]
+            fx[q] = 1.0
+            fa[q] = coef
+            if c > 0.0:
+                fx[q] = np.exp(-c)
+            elif c < 0.0:
+                fa[q] = coef * np.exp(c)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def rare_norms(xt, n, first, norm2, inv, column):
+    """The step's normalisation token by token, for the tokens in lanes first..first + n - 1 of
+    xt (d, w) (a squared norm 0, inf or NaN in some lane): inv = 1 / sqrt(norm2), or as
+    `scaled_step`: recompute, rescale or fail, on that token alone (`normalize_row`, inv = 1).
+    False if a token fails (the rest are then not done: the trajectory ends)."""
+    d = xt.shape[0]
+    for q in range(first, first + n):
+        if norm2[q] > 0.0 and norm2[q] < np.inf:
+            inv[q] = 1.0 / np.sqrt(norm2[q])
+        else:
+            for k in range(d):
+                column[0, k] = xt[k, q]
+            if not normalize_row(column, 0):
+                return False
+            for k in range(d):
+                xt[k, q] = column[0, k]
+            inv[q] = 1.0
+    return True
+
+
+@njit(nogil=True, cache=True, inline="always")
 def step_lanes(xt, n, kind, coef, logscale, dir_t, fx, fa, norm2, inv, pad, column):
     """`attention.scaled_step` on xt (d, 8); False if a token is non-finite or zero.
 
@@ -252,14 +307,7 @@ def step_lanes(xt, n, kind, coef, logscale, dir_t, fx, fa, norm2, inv, pad, colu
     """
     d = xt.shape[0]
     if kind == USA:
-        for i in range(n):
-            c = logscale[i]
-            fx[i] = 1.0
-            fa[i] = coef
-            if c > 0.0:
-                fx[i] = np.exp(-c)
-            elif c < 0.0:
-                fa[i] = coef * np.exp(c)
+        usa_factors(logscale, n, coef, fx, fa)
         fxv = load(fx, 0)
         fav = load(fa, 0)
     else:  # c_i = 0: fx = 1, fa = coef (the padding's direction is 0)
@@ -275,17 +323,8 @@ def step_lanes(xt, n, kind, coef, logscale, dir_t, fx, fa, norm2, inv, pad, colu
         iv = div(splat(1.0), sqrt(nrm))  # lane-wise 1.0 / np.sqrt(norm2_i), correctly rounded
     else:
         store(norm2, 0, nrm)
-        for i in range(n):
-            if norm2[i] > 0.0 and norm2[i] < np.inf:
-                inv[i] = 1.0 / np.sqrt(norm2[i])
-            else:  # as `scaled_step`: recompute, rescale or fail, on this token alone
-                for k in range(d):
-                    column[0, k] = xt[k, i]
-                if not normalize_row(column, 0):
-                    return False
-                for k in range(d):
-                    xt[k, i] = column[0, k]
-                inv[i] = 1.0
+        if not rare_norms(xt, n, 0, norm2, inv, column):
+            return False
         iv = load(inv, 0)
     for k in range(d):
         store(xt, k * WIDTH, mul(load(xt, k * WIDTH), iv))
@@ -305,15 +344,29 @@ def trajectory_lanes(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, e
     """`stochastic_general.trajectory` for 3 <= n <= 8, SA or USA, gaussian noise, Q = K = I:
     the same arguments (without noise, law, m, fast), random stream and results."""
     n, d = x.shape
-    keep = states.shape[1] > 0
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
     observables.record_start(x, out, r)
+    if ok:
+        xt = np.zeros((d, WIDTH))
+        for i in range(n):
+            for k in range(d):
+                xt[k, i] = x[i, k]
+        ok = continue_lanes(rng, x, xt, 0, np.empty(0), 0, 0, beta, att, s, h, layers, ckpt, eps,
+                            batch, window, out, r, states)
+    finish_trajectory(out, r, ok, times)
+
+
+@njit(nogil=True, cache=True)
+def continue_lanes(rng, x, xt, layer0, buf, pos, c, beta, att, s, h, layers, ckpt, eps, batch,
+                   window, out, r, states):
+    """Layers layer0.. of a running trajectory: xt (d, 8) its state (x (n, d) is written at
+    checkpoints), buf its draws with pos the next unread, c its next checkpoint. Returns False
+    if a step failed (the trajectory is finished by the caller). `trajectory_lanes` starts here
+    with layer0 = 0, `stochastic_pairs` continues one of two trajectories here."""
+    n, d = x.shape
+    keep = states.shape[1] > 0
     rank = min(n, d)
     per_layer = rank * d
-    xt = np.zeros((d, WIDTH))
-    for i in range(n):
-        for k in range(d):
-            xt[k, i] = x[i, k]
     at = np.zeros((d, WIDTH))
     dir_t = np.zeros((d, WIDTH))
     rl = np.zeros((rank, WIDTH))
@@ -329,10 +382,8 @@ def trajectory_lanes(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, e
     logscale = np.zeros(WIDTH)
     expo, wt = np.empty(WIDTH), np.empty(n * WIDTH)
     sqrt_h = np.sqrt(h)
-    buf = np.empty(0)
-    pos = 0
-    c = 0
-    for layer in range(layers):
+    ok = True
+    for layer in range(layer0, layers):
         if not ok:
             break
         if pos == buf.shape[0]:
@@ -355,4 +406,4 @@ def trajectory_lanes(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, e
                 stop(out, r, c, states, x)
                 break
             c += 1
-    finish_trajectory(out, r, ok, times)
+    return ok

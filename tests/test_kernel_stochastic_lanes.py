@@ -106,3 +106,57 @@ def test_lanes_path_dispatch(monkeypatch):
     monkeypatch.setattr(stochastic, "_FAST_EXP", False)
     run(n=4)
     assert len(calls) == 4
+
+
+def pairs_and_one(monkeypatch, ntraj, **kw):
+    """Outputs with two trajectories side by side (`stochastic_pairs`) and one at a time."""
+    rngs = lambda: [np.random.default_rng([6, i]) for i in range(ntraj)]  # noqa: E731
+    pairs = simulate_stochastic_states(rngs(), **kw)
+    monkeypatch.setattr(stochastic, "_PAIRS", False)
+    one = simulate_stochastic_states(rngs(), **kw)
+    monkeypatch.setattr(stochastic, "_PAIRS", True)
+    return pairs, one
+
+
+@pytest.mark.parametrize("beta", [1.7, 1e3])
+@pytest.mark.parametrize("attention", ["sa", "usa"])
+@pytest.mark.parametrize("n, d", [(3, 2), (4, 5), (7, 16), (8, 3), (8, 17)])
+def test_pairs_of_unlike_trajectories_are_bit_identical(monkeypatch, n, d, attention, beta):
+    """Pairs whose trajectories take different branches: an axis start (at beta = 1e3 A = X,
+    columns exactly zero below the diagonal: one trajectory reflects, the other not) beside a
+    random one, coincident
+    beside axis, antipodal beside random, a zero token (the start fails) beside a random one;
+    an odd last trajectory runs alone."""
+    kinds = ["axis", "random", "coincident", "axis", "antipodal", "random", "zero", "random", "random"]
+    x0 = np.concatenate([starts(k, 1, n, d) if k not in ("random", "zero") else
+                         np.random.default_rng(q).standard_normal((1, n, d))
+                         for q, k in enumerate(kinds)])
+    x0[6, 1] = 0.0
+    kw = dict(n=n, d=d, beta=beta, attention=attention, T=1.0, layers=40,
+              checkpoint_layers=np.arange(1, 41), x0=x0, draw_batch=3)
+    pairs, one = pairs_and_one(monkeypatch, len(kinds), **kw)
+    assert_same(pairs, one)
+    assert pairs[1]["nonfinite"][6] and not pairs[1]["nonfinite"][7]
+
+
+def test_pairs_when_one_trajectory_fails_or_stops_first(monkeypatch):
+    """One trajectory of a pair ends (overflow at its own layer; early stop at its own
+    checkpoint) and the other goes on alone: the same bits, and the Generators end in the same
+    states (the same draws)."""
+    kw = dict(n=5, d=4, beta=1.0, value_std=1e308, T=1.0, layers=40, checkpoint_layers=np.arange(1, 41))
+    pairs, one = pairs_and_one(monkeypatch, 8, **kw)
+    assert_same(pairs, one)
+    fail = np.isnan(pairs[0][:, :, 0, 0]).argmax(axis=1)
+    assert pairs[1]["nonfinite"].all() and fail[0] != fail[1]  # pair (0, 1) fails at two layers
+    kw = dict(n=6, d=4, beta=3.0, T=30.0, layers=3000, checkpoint_layers=np.arange(100, 3001, 100),
+              stop_when_resolved=True, resolved_window=2)
+    pairs, one = pairs_and_one(monkeypatch, 8, **kw)
+    assert_same(pairs, one)
+    later = [np.random.default_rng([6, i]) for i in range(8)]
+    simulate_stochastic_states(later, **kw)
+    monkeypatch.setattr(stochastic, "_PAIRS", False)
+    alone = [np.random.default_rng([6, i]) for i in range(8)]
+    simulate_stochastic_states(alone, **kw)
+    assert [g.bit_generator.state for g in later] == [g.bit_generator.state for g in alone]
+    t_hit = pairs[1]["t_hit"]
+    assert np.isfinite(t_hit).any() and len(set(t_hit[np.isfinite(t_hit)])) > 1
