@@ -6,9 +6,11 @@ that callers stay cacheable) on sub-blocks given by pointers and leading dimensi
 
 `gram_upper(xt, g)`: G = xt^T xt for xt (d, n) row-major, only the blocks of 8 rows from their
 first column on (rows r0..r0+7, columns r0..n-1): 5/8 of the flops at n = 32 (1 - 3/8 as n grows
-by 8s). Each entry is the same BLAS dot product as in the full product, so the same bits: the
-kernels OpenBLAS runs accumulate every entry as one fused-multiply-add chain over k, whatever
-the block (checked in tests/test_kernel_sphere_flow.py against `np.dot` on many shapes).
+by 8s). Each entry is the same BLAS dot product as in the full product: the same bits where
+OpenBLAS's kernel for the CPU accumulates every entry as one fused-multiply-add chain over k
+whatever the block (Intel CPUs; float64 on AMD EPYC), else within the rounding bound of a dot
+product (float32 on AMD EPYC: up to 739 ulp of a cancelled entry at n = d = 32; checked in
+tests/test_kernel_sphere_flow.py against `np.dot` on many shapes).
 """
 
 from llvmlite import ir

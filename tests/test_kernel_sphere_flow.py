@@ -367,9 +367,11 @@ def run_flow(seeds, **kw):
 
 
 @pytest.mark.parametrize("attention, value, extra", SYMMETRIC_CASES)
-def test_symmetric_path_is_bitwise_the_general_euler_step(attention, value, extra, monkeypatch):
-    # sphere_symmetric: same formulas, same rounding as sphere_drift.euler_step (d <= n: no span
-    # reduction), every output and every state bit for bit
+def test_symmetric_path_is_the_general_euler_step(attention, value, extra, monkeypatch):
+    # sphere_symmetric: the formulas of sphere_drift.euler_step (d <= n: no span reduction).
+    # Bit for bit where OpenBLAS sums both layouts' products in one order (seen on Intel CPUs);
+    # on others (AMD EPYC) some shapes' products differ by an ulp, so floats are held to a few
+    # ulp per step over the 30 steps (rtol 1e-13; |x| <= 1: atol 1e-14), counts and classes exactly
     assert extra["d"] <= extra["n"]
     kw = dict(T=3.0, layers=30, checkpoint_layers=np.arange(3, 31, 3), attention=attention,
               value=value, return_states=True, **extra)
@@ -377,7 +379,11 @@ def test_symmetric_path_is_bitwise_the_general_euler_step(attention, value, extr
     monkeypatch.setattr(sf.symmetric, "applies", lambda *args: False)
     general = run_flow(range(5), **kw)
     for name in fast:
-        np.testing.assert_array_equal(fast[name], general[name], err_msg=name)
+        if np.asarray(fast[name]).dtype.kind == "f":
+            np.testing.assert_allclose(fast[name], general[name], rtol=1e-13, atol=1e-14,
+                                       err_msg=name)
+        else:
+            np.testing.assert_array_equal(fast[name], general[name], err_msg=name)
 
 
 def test_span_reduction_agrees_with_the_full_dimension(monkeypatch):
@@ -448,9 +454,11 @@ def test_hemisphere_memory_gives_the_cold_answer():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_gram_blocks_are_bitwise_the_full_product(dtype):
-    # kernels/gemm.py: the Gram's upper blocks by BLAS on sub-blocks, each entry the bits of the
-    # full np.dot (the same fma chain over k), whatever n, d and the block's place
+def test_gram_blocks_are_the_full_product(dtype):
+    # kernels/gemm.py: the Gram's upper blocks by BLAS on sub-blocks against the full np.dot.
+    # Bit for bit where OpenBLAS accumulates every entry as one fma chain over k whatever the
+    # block (Intel CPUs; float64 on AMD EPYC too); elsewhere (float32 on AMD EPYC) within the
+    # error bound of two evaluations of a d-term dot product: 2 d eps sum_k |x_ki| |x_kj|
     from numba import njit
 
     from tokensweep.kernels.gemm import BLOCK, gram_upper
@@ -468,7 +476,8 @@ def test_gram_blocks_are_bitwise_the_full_product(dtype):
         full(xt, ref)
         for r in range(n):
             c0 = r - r % BLOCK
-            np.testing.assert_array_equal(blocks[r, c0:], ref[r, c0:], err_msg=f"{n}, {d}, {r}")
+            bound = 2 * d * np.finfo(dtype).eps * (np.abs(xt[:, r]) @ np.abs(xt[:, c0:]))
+            assert (np.abs(blocks[r, c0:] - ref[r, c0:]) <= bound).all(), (n, d, r)
             assert np.isnan(blocks[r, :c0]).all()  # below the blocks: not written
 
 
