@@ -13,7 +13,7 @@ y = fx x + fa inc where it is <= 1 (fx = e^{-max(shift, 0)}, fa = h e^{min(shift
 at large beta neither overflows nor loses the step. Where fx^2 could underflow (USA,
 beta - log n > 40 % of the dtype's exponent range) every y is first divided by max_k |y_k|, as
 `sphere_symmetric._normalise_scaled` does for the tokens that need it. d > n runs in the
-n-dimensional span of the start (batched Householder QR, as `sphere_symmetric.SPAN_REDUCTION`).
+n-dimensional span of the start, as `sphere_symmetric.SPAN_REDUCTION` (`span_basis`).
 Not bitwise the CPU's: products by cuBLAS, exp by CUDA, rounding ~1e-16 per step apart; the flow
 contracts, so states stay ~1e-12 apart after 300 steps (tests/test_kernel_sphere_torch.py).
 
@@ -122,6 +122,30 @@ def needs_robust(usa, beta, n, log_scale0, dtype):
 
     tiny_log = -math.log(torch.finfo(dtype).tiny)
     return bool(usa and beta - math.log(n) + log_scale0 > UNDERFLOW_FRACTION * tiny_log)
+
+
+def span_basis(x):
+    """(B, d, n) orthonormal columns spanning the rows of each x[b] (n, d), n < d, float64:
+    CholeskyQR2 (two passes of q <- q L^{-T}, L L^T = q^T q: batched products, no per-matrix
+    loop), and Householder QR (`torch.linalg.qr`, as the CPU's `span_basis`) for the starts
+    where that fails or leaves |Q^T Q - I| > 1e-12 (nearly dependent tokens). Any orthonormal
+    basis of the span gives the same outcomes (an isometry); states are mapped back by it."""
+    import torch
+
+    a = x.transpose(1, 2)
+    q, bad = a, torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
+    for _ in range(2):
+        low, info = torch.linalg.cholesky_ex(torch.bmm(q.transpose(1, 2), q))
+        bad |= info != 0
+        low = torch.where(bad[:, None, None], torch.eye(low.shape[1], dtype=low.dtype,
+                                                        device=low.device), low)
+        q = torch.linalg.solve_triangular(low, q.transpose(1, 2), upper=False).transpose(1, 2)
+    eye = torch.eye(q.shape[2], dtype=q.dtype, device=q.device)
+    bad |= ~((torch.bmm(q.transpose(1, 2), q) - eye).abs().flatten(1).amax(1) <= 1e-12)
+    if bool(bad.any()):
+        q = q.clone()
+        q[bad] = torch.linalg.qr(a[bad]).Q
+    return q
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +266,7 @@ def _integrate_batch(torch, dev, dtype, z, alive, r0, h, layers, ckpt, par, delt
     x64 = torch.from_numpy(z).to(dev)
     basis = None
     if reduce:  # orthonormal columns spanning the start's tokens: x = y basis^T
-        basis = torch.linalg.qr(x64.transpose(1, 2)).Q  # (B, d, n)
+        basis = span_basis(x64)  # (B, d, n)
         x64 = torch.bmm(x64, basis)
     x = x64.to(dtype)
     m = x.shape[2]

@@ -103,6 +103,29 @@ def test_recorded_observables_match_in_the_span_and_out_of_it():
             np.testing.assert_allclose(b[name], a[name], rtol=0, atol=1e-11, err_msg=name)
 
 
+def test_span_basis_of_dependent_tokens():
+    """CholeskyQR2 where the tokens are independent, Householder where they are not (an
+    antipodal pair, a near-duplicate): orthonormal columns spanning every token."""
+    x = torch.randn(4, 6, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    x[1, 3] = -x[1, 1]
+    x[2, 5] = x[2, 0] + 1e-10 * x[2, 1]
+    x = x / torch.linalg.vector_norm(x, dim=2, keepdim=True)
+    q = sphere_torch.span_basis(x)
+    eye = torch.eye(6, dtype=torch.float64)
+    assert (q.transpose(1, 2) @ q - eye).abs().max() < 1e-14
+    assert (x - x @ q @ q.transpose(1, 2)).abs().max() < 1e-14
+
+
+def test_given_starts_with_an_antipodal_pair_match_in_the_span():
+    x0 = np.random.default_rng(4).standard_normal((6, 5, 12))
+    x0[:, 4] = -x0[:, 0]
+    x0 /= np.linalg.norm(x0, axis=2, keepdims=True)
+    kw = {**BASE, "n": 5, "d": 12, "attention": "usa", "return_states": True}
+    a = simulate_sphere_flow(rngs(6), x0=x0, **kw)
+    b = simulate_sphere_flow(rngs(6), x0=x0, device=TORCH_CPU, **kw)
+    assert_same_outcomes(a, b)
+
+
 def test_batches_and_host_threads_give_the_same_numbers():
     kw = dict(n=6, d=9, attention="usa", beta=1.0, T=3.0, layers=30, checkpoint_layers=[5, 30],
               return_states=True, eps=EPS)
