@@ -11,9 +11,11 @@ One run on a GPU machine prints, and writes to --out as bench_sphere_gpu.json an
 3. speed, particle-steps/s (trajectories x n x layers / s): the device's steps alone
    (synchronised), a whole call with one checkpoint (starts drawn on the host, upload, steps,
    outcomes), a call with the catalog's 60 checkpoints recorded on 1 and on all host threads,
-   and the CPU kernel on one core on fewer trajectories (rates scale linearly in them);
-   n = 32 with 2048 trajectories at d in {2, 32, 128, 512, 1024}, then n = 256 and 1024 at
-   d = 128 and 512, float64 and float32.
+   and the CPU kernel on one core on fewer trajectories (rates scale linearly in them): n = 32
+   with 2048 trajectories at d in {2, 32, 128, 512, 1024} (whole calls on both sides), then
+   n = 256 and 1024 at d = 128 and 512 (the CPU kernel's steps alone, and no whole call at
+   n = 1024, d = 512: the outcomes' hemisphere test takes minutes per state there), float64
+   and float32.
 
 Cases run in that order until --budget seconds have passed since the start (numba's compilation
 included); the rest are listed as skipped. Needs numpy, numba, torch and tokensweep.kernels only
@@ -45,13 +47,15 @@ SIZES = {  # full: the device run; quick: the script's own check on a CPU
     "full": dict(n=32, verify_d=(2, 32, 128, 1024), verify_traj=128, layers=300,
                  ckpts=(30, 100, 300), f32_traj=2048, f32_d=(32, 128), speed_traj=2048,
                  speed_d=(2, 32, 128, 512, 1024), cpu_traj=128,
-                 large=((256, 128, 128, 8, 50), (256, 512, 128, 8, 50), (1024, 128, 32, 2, 20),
-                        (1024, 512, 32, 2, 20))),
+                 large=((256, 128, 128, 8, 50, True), (256, 512, 128, 8, 50, True),
+                        (1024, 128, 16, 2, 20, True), (1024, 512, 16, 2, 20, False))),
     "quick": dict(n=8, verify_d=(2, 16), verify_traj=8, layers=30, ckpts=(3, 10, 30),
                   f32_traj=64, f32_d=(4,), speed_traj=64, speed_d=(2, 16), cpu_traj=8,
-                  large=((32, 16, 16, 2, 10),)),
+                  large=((32, 16, 16, 2, 10, True), (32, 64, 16, 2, 10, False))),
 }
-# large cases: (n, d, device trajectories, CPU trajectories, layers)
+# large cases: (n, d, device trajectories, CPU trajectories, layers, whole calls): the outcomes'
+# hemisphere test (Wolfe's algorithm) takes seconds to minutes per state from n ~ 512 tokens in
+# d >= 256 (0.3 s at n = 1024, d = 128 on one core): there only the steps are timed
 
 
 def log(text):
@@ -196,16 +200,41 @@ def step_rate(bench, n, d, count, layers, precision, attention="sa"):
     return count * n * layers / (time.perf_counter() - t0)
 
 
-def speed_case(bench, n, d, count, cpu_count, layers, precision, checkpoints60):
-    """One speed row: device steps, whole calls (1 and 60 checkpoints), the CPU kernel."""
+def cpu_step_rate(n, d, count, layers):
+    """Particle-steps/s of the CPU kernel's steps alone (`sphere_symmetric.euler_step_t`, one
+    call per step: for large n, where a step takes milliseconds)."""
+    from tokensweep.kernels import sphere_symmetric
+
+    m = min(n, d)
+    proto = np.empty(0)
+    ws = sphere_symmetric.workspace_t(n, m, proto)
+    states = []
+    for r in range(count):
+        x = np.random.default_rng(r).standard_normal((n, m))
+        xe = np.ones((m + 1, n))
+        xe[:m] = (x / np.linalg.norm(x, axis=1, keepdims=True)).T
+        states.append(xe)
+    sphere_symmetric.euler_step_t(states[0].copy(), 0.1, 1.0, False, False, 1.0, 0.0, ws)
+    t0 = time.perf_counter()
+    for xe in states:
+        for _ in range(layers):
+            sphere_symmetric.euler_step_t(xe, 0.1, 1.0, False, False, 1.0, 0.0, ws)
+    return count * n * layers / (time.perf_counter() - t0)
+
+
+def speed_case(bench, n, d, count, cpu_count, layers, precision, checkpoints60, whole):
+    """One speed row: device steps, whole calls (1 and 60 checkpoints; `threads` host threads
+    record), the CPU kernel on one core (whole calls at n = 32, steps alone for large n)."""
     threads = os.cpu_count() or 1
     particles = count * n * layers
     row = dict(n=n, d=d, precision=precision, trajectories=count, layers=layers,
-               cpu_trajectories=cpu_count)
-    bench.run(min(count, 4), True, **flow(n, d, 2, (2,), precision=precision))  # warm-up
+               cpu_trajectories=cpu_count, threads=threads)
     row["steps"] = step_rate(bench, n, d, count, layers, precision)
-    _, wall = bench.run(count, True, **flow(n, d, layers, (layers,), precision=precision))
-    row["call"] = particles / wall
+    if whole:
+        bench.run(min(count, 4), True, **flow(n, d, 2, (2,), precision=precision))  # warm-up
+        _, wall = bench.run(count, True, **flow(n, d, layers, (layers,), precision=precision,
+                                                threads=threads))
+        row["call"] = particles / wall
     if checkpoints60:
         every = max(1, layers // 60)
         ckpts = tuple(range(every, layers + 1, every))
@@ -213,33 +242,35 @@ def speed_case(bench, n, d, count, cpu_count, layers, precision, checkpoints60):
             _, wall60 = bench.run(count, True, **flow(n, d, layers, ckpts, precision=precision,
                                                       threads=k))
             row[f"call60_threads{k}"] = particles / wall60
-        row["threads"] = threads
-    if precision == "float64":
+    if precision == "float64" and checkpoints60:
         bench.run(1, False, **flow(n, d, 2, (2,)))  # the kernel's compile out of the timing
         _, wall_cpu = bench.run(cpu_count, False, **flow(n, d, layers, (layers,)))
-        row["cpu"] = cpu_count * n * layers / wall_cpu
+        row["cpu_call"] = cpu_count * n * layers / wall_cpu
+    elif precision == "float64":
+        row["cpu_steps"] = cpu_step_rate(n, d, cpu_count, layers)
     return row
 
 
 def speed(bench, size, quick):
     rows = []
     n, layers = size["n"], size["layers"]
-    cases = [(n, d, size["speed_traj"], size["cpu_traj"], layers, p, True)
+    cases = [(n, d, size["speed_traj"], size["cpu_traj"], layers, p, True, True)
              for d in size["speed_d"] for p in ("float64", "float32")]
-    cases += [(nn, d, traj, cpu, lay, p, False)
-              for nn, d, traj, cpu, lay in size["large"] for p in ("float64", "float32")]
-    for n_, d, count, cpu_count, lay, precision, ck60 in cases:
+    cases += [(nn, d, traj, cpu, lay, p, False, whole)
+              for nn, d, traj, cpu, lay, whole in size["large"] for p in ("float64", "float32")]
+    for n_, d, count, cpu_count, lay, precision, ck60, whole in cases:
         name = f"speed n={n_} d={d} {precision} ({count} trajectories, {lay} layers)"
         if not bench.time_left(name):
             continue
-        row = speed_case(bench, n_, d, count, cpu_count, lay, precision, ck60)
+        row = speed_case(bench, n_, d, count, cpu_count, lay, precision, ck60, whole)
         rows.append(row)
-        extra = "".join(f", {k} {v:.3g}" for k, v in row.items() if k.startswith("call60"))
-        cpu = f", CPU one core {row['cpu']:.3g}, call / CPU {row['call'] / row['cpu']:.1f}" \
-            if "cpu" in row else ""
-        log(f"{name}: steps {row['steps']:.3g}, call {row['call']:.3g}{extra}{cpu} "
-            "particle-steps/s")
+        log(f"{name}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()
+                                    if k in RATES or k.startswith("call60")) +
+            " particle-steps/s")
     return rows
+
+
+RATES = ("steps", "call", "cpu_call", "cpu_steps")
 
 
 def environment(bench):
@@ -283,23 +314,30 @@ def markdown(result):
                            for k in ("overlap_min", "frac_close", "energy", "p_single"))
         lines.append(f"| {r['n']} | {r['d']} | {r['attention']} | {r['trajectories']} | "
                      f"{r['overlap_dev']:.1e} | {r['same_class']:.4f} | {cells} |")
-    lines += ["", "Speed, particle-steps/s (SA, beta = 1, h = 0.1): device steps alone, a whole "
-              "call with one checkpoint (host starts, upload, steps, outcomes), with 60 "
-              "checkpoints recorded on 1 / all host threads (the number in brackets), the CPU kernel "
-              "on one core:", "",
-              "| n | d | precision | traj | layers | steps | call | 60 ck, 1 thread | "
-              "60 ck, all threads | CPU 1 core | call / CPU |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "Speed, particle-steps/s (SA, beta = 1, h = 0.1): the device's steps alone; "
+              "a whole call with one checkpoint (host starts, upload, steps, outcomes on all "
+              "host threads), and with 60 checkpoints recorded on 1 / all host threads (their "
+              "number in brackets); the CPU kernel on one core: a whole call with one "
+              "checkpoint (n = 32) or its steps alone (large n); host share: the part of the "
+              "60-checkpoint call (all threads; else the one-checkpoint call) not spent in "
+              "device steps:", "",
+              "| n | d | precision | traj | layers | device steps | call, 1 ck | 60 ck, 1 thread"
+              " | 60 ck, all threads | host share | CPU call | CPU steps | device / CPU |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["speed"]:
-        t = r.get("threads", 1)
-        ratio = r["call"] / r["cpu"] if "cpu" in r else None
-        cells = [r["steps"], r["call"], r.get("call60_threads1"), r.get(f"call60_threads{t}"),
-                 r.get("cpu")]
-        text = [_e(v) for v in cells]
-        text[3] += f" ({t})" if cells[3] is not None else ""
+        t = r["threads"]
+        all_threads = r.get(f"call60_threads{t}")
+        slowest = all_threads or r.get("call")
+        share = None if slowest is None else 1.0 - slowest / r["steps"]
+        cpu = r.get("cpu_call") or r.get("cpu_steps")
+        ratio = None if cpu is None else (r["call"] if "cpu_call" in r else r["steps"]) / cpu
+        text = [_e(v) for v in (r["steps"], r.get("call"), r.get("call60_threads1"),
+                                all_threads)]
+        text[3] += f" ({t})" if all_threads is not None else ""
+        text += ["-" if share is None else f"{100 * share:.0f} %", _e(r.get("cpu_call")),
+                 _e(r.get("cpu_steps")), "-" if ratio is None else f"{ratio:.1f}"]
         lines.append(f"| {r['n']} | {r['d']} | {r['precision']} | {r['trajectories']} | "
-                     f"{r['layers']} | " + " | ".join(text) +
-                     f" | {'-' if ratio is None else f'{ratio:.1f}'} |")
+                     f"{r['layers']} | " + " | ".join(text) + " |")
     if result["skipped"]:
         lines += ["", f"Skipped (past the time budget): {'; '.join(result['skipped'])}."]
     return "\n".join(lines) + "\n"
@@ -310,7 +348,7 @@ def main():
     ap.add_argument("--out", type=Path, required=True, help="folder for the .json and .md")
     ap.add_argument("--device", default="cuda", help="torch device (cpu: check the script)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes")
-    ap.add_argument("--budget", type=float, default=300.0,
+    ap.add_argument("--budget", type=float, default=280.0,
                     help="start no case past this many seconds (compilation included)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
