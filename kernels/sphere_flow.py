@@ -55,6 +55,10 @@ are integrated by one call (`trajectories_from_normals`); otherwise one `traject
 Precision: `precision="float32"` runs the state, the matrices and the drift in float32 (the starts
 and the random matrices are drawn in float64 and rounded; the outcomes are computed in float64
 from the state): 1.6-1.8 times the speed at large n d, the statistics of float64 (tests).
+
+Device: `device="cuda"` runs the symmetric path's configurations in PyTorch on a GPU
+(`sphere_torch`, docs/models.md 2.10): the same starts, the same record functions, states
+~1e-15 per step apart from the CPU's; torch is imported only there.
 """
 
 import numpy as np
