@@ -65,7 +65,7 @@ def torch_device(device):
     """The torch.device for `device` ("cuda", "cuda:N", or a torch.device: torch.device("cpu")
     runs the path on the CPU, for tests); raises RuntimeError (`NEEDS_CUDA`: ...) where CUDA
     is asked for and this process has none."""
-    if isinstance(device, str) and device.startswith("cuda"):
+    if str(device).startswith("cuda"):
         problem = cuda_problem()
         if problem is not None:
             raise RuntimeError(f"{NEEDS_CUDA}: {problem}")
