@@ -224,10 +224,22 @@ def _kernels_cold() -> bool:
     return not folder.is_dir() or not any(folder.iterdir())
 
 
+def local_problem(sweep) -> Optional[str]:
+    """What this machine lacks to compute the sweep (`Model.local_problem`: a GPU), or None."""
+    from ..pipeline.models import get_model
+
+    return get_model(sweep.model).local_problem(sweep)
+
+
 def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optional[int],
              scheduler: Optional[str], failed_only: bool = False, batch=None) -> None:
     from ..pipeline.plan import Plan
     from .jobqueue import JobqueueError, batch_cluster, fit_to_work
+
+    if scheduler is None and batch is None:  # local workers: they have what this machine has
+        problem = local_problem(sweep)
+        if problem:
+            _fail(problem)
 
     store, total = _store(sweep.store), len(Plan(sweep))
     log, todo = log_path(store), _to_run(sweep, failed_only)

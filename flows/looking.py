@@ -115,7 +115,7 @@ def plan(
                                               "estimate the run time"),
 ):
     """What `run SPEC` would do (partitions, store size, time), computing and writing nothing."""
-    from .cli import _fail, _first_line, _kernels_cold, _to_run, resolve_run
+    from .cli import _fail, _first_line, _kernels_cold, _to_run, local_problem, resolve_run
     from ..pipeline.lock import describe_lock
     from ..pipeline.plan import Plan
 
@@ -135,6 +135,9 @@ def plan(
         typer.echo(f"locked by {lock}")
     if not calibrate:
         return
+    problem = local_problem(sweep)
+    if problem:  # the calibration computes here
+        _fail(f"{problem} (`tokensweep plan --no-calibrate` plans without timing)")
     if _kernels_cold():
         typer.echo("compiling kernels (first run only) ...")
     try:

@@ -55,6 +55,10 @@ are integrated by one call (`trajectories_from_normals`); otherwise one `traject
 Precision: `precision="float32"` runs the state, the matrices and the drift in float32 (the starts
 and the random matrices are drawn in float64 and rounded; the outcomes are computed in float64
 from the state): 1.6-1.8 times the speed at large n d, the statistics of float64 (tests).
+
+Device: `device="cuda"` runs the symmetric path's configurations in PyTorch on a GPU
+(`sphere_torch`, docs/models.md 2.10): the same starts, the same record functions, states
+~1e-15 per step apart from the CPU's; torch is imported only there.
 """
 
 import numpy as np
@@ -226,7 +230,8 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                          precision="float64", threads=1, x0=None, record=(),
                          record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None, noise=None,
                          sigma=0.0, value_rotation=0.0, hardmax_tol=1e-9,
-                         ensemble_scaling="normalised", layer_norm="post", ngpt_alpha=0.2):
+                         ensemble_scaling="normalised", layer_norm="post", ngpt_alpha=0.2,
+                         device="cpu"):
     """Integrate one deterministic attention flow per Generator in `rngs`; return `OUTPUTS` arrays.
 
     rngs: sequence of numpy Generators, one per trajectory (ntraj). h = T / layers; checkpoint c is
@@ -256,6 +261,12 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     not post: integrator "euler" only, no noise; outputs are of the normalised tokens.
     x0: optional (ntraj, n, d) starts drawn before (`kernels/starts.py`). record, record_bins,
     direction: observables also returned (`observables`; "states" is return_states).
+    device: "cpu" (the numba kernels), or "cuda" / "cuda:N" / a torch.device: the PyTorch path
+    (`sphere_torch`; torch.device("cpu") runs it on the CPU, for tests) of the configurations the
+    symmetric path covers (Euler, SA / USA, causal or not, Q = K = I, V = +-I, one head,
+    beta >= 0, nothing time-varying, noisy or turning, post-LN), refused otherwise; `threads` then
+    records on that many host threads. Raises RuntimeError (`sphere_torch.NEEDS_CUDA`) where
+    CUDA is asked for and this process has no PyTorch or no CUDA GPU.
     Returns {name: array} with (ntraj, nt) per-checkpoint and (ntraj,) per-trajectory outputs.
     """
     from tokensweep.kernels.ensembles import FIXED, INIT_CODES, QK, SCALING_CODES
@@ -328,15 +339,26 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     fixed = (q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq
              and layer_arg[1] == 0.0 and layer_norm == "post")
     args = (h, layers, ckpt, times)
+    on_torch = not (isinstance(device, str) and device == "cpu")
+    if on_torch and not (fixed and symmetric.applies(codes[0], par, heads)):
+        raise ValueError(f"device = {device!r} runs retraction Euler with SA / USA, Q = K = I, "
+                         "V = +-I, one head, beta >= 0, nothing time-varying, noisy or turning, "
+                         "post-LN: use device = 'cpu' for this configuration")
     if fixed and symmetric.applies(codes[0], par, heads):
         # Q = K = I, V = +-I, one head, Euler: the symmetric path (`sphere_symmetric`)
         par_t = (float(beta), kind == USA, par[2], -1.0 if v_code == V_MINUS_IDENTITY else 1.0,
                  log_scale0)
         reduce = symmetric.SPAN_REDUCTION and d > n
+        if on_torch:  # the same trajectories on a torch device (`sphere_torch`)
+            from tokensweep.kernels import sphere_torch
 
-        def work(r0, r1):
-            symmetric.integrate_t(starts(r0, r1), r0, codes[1], *args, par_t,
-                                  float(delta), float(eps), out, states, proto, reduce)
+            def work(r0, r1):  # one call: it batches the trajectories on the device itself
+                sphere_torch.integrate(starts, ntraj, n, d, codes[1], *args, par_t, float(delta),
+                                       float(eps), out, states, proto, reduce, device, threads)
+        else:
+            def work(r0, r1):
+                symmetric.integrate_t(starts(r0, r1), r0, codes[1], *args, par_t,
+                                      float(delta), float(eps), out, states, proto, reduce)
     elif fixed:
         # nothing but the start is random: draw the starts' normals here (the same numbers as
         # `draw_start`), integrate a block of trajectories per call (no per-trajectory dispatch)
@@ -355,6 +377,9 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                 trajectory(rngs[r], n, d, *args, par, codes[0], codes[1], start, kinds, q.copy(),
                            k.copy(), v.copy(), tv, int(period), float(delta), float(eps), out,
                            r, states, proto, layer_arg)
-    run_blocks(ntraj, block_size(ntraj, n, d, threads, fixed), threads, work)
+    if on_torch:
+        work(0, ntraj)
+    else:
+        run_blocks(ntraj, block_size(ntraj, n, d, threads, fixed), threads, work)
     return observables.returned(out, OUTPUTS, (*record, *(("states",) if return_states else ())),
                                 states)

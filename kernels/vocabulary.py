@@ -161,6 +161,7 @@ SPHERE_FLOW_ATTENTIONS = ("sa", "usa", "causal_sa", "causal_usa", "hardmax", "ca
 SPHERE_FLOW_INTEGRATORS = ("euler", "heun", "rk4")
 SPHERE_FLOW_INITS = ("uniform_sphere", "hemisphere", "equiangular")
 FLOW_PRECISIONS = ("float64", "float32")  # arithmetic of the deterministic flows' state
+SPHERE_FLOW_DEVICES = ("cpu", "cuda")  # the numba kernels, or `sphere_torch` on a CUDA GPU
 QK_ENSEMBLES = ("identity", "ginibre", "goe", "wigner", "wishart")
 LAYER_NORMS = ("post", "pre", "peri", "ngpt")  # `sphere_norms`
 ENSEMBLE_SCALINGS = ("normalised", "authors")  # `ensembles.authors_scaling`

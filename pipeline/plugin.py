@@ -20,6 +20,8 @@ The model says
 - `sections(sweep)`: the report sections it wants, each a function of `pipeline/report/`'s outcome
   modules with this model's closed forms passed in;
 - `report_facts`: spec fields the report lists in its header;
+- `local_problem(sweep)`: why this machine cannot compute the sweep's partitions (a GPU it lacks),
+  in one line naming the field and the fix; asked before a run on local workers;
 - closed forms, as methods named after what they predict, each taking the typed spec first; the
   outcome modules ask for them by name (`analysis.stats.closed_form`) and draw no theory where a
   model has none: `CLOSED_FORMS` lists the names they ask for.
@@ -92,6 +94,10 @@ class Model:
     def simulate(self, sweep: SweepBase, coords: dict, rngs: list) -> dict[str, np.ndarray]:
         """The declared outputs of len(rngs) trajectories of the cell at `coords`."""
         raise NotImplementedError(f"model {self.name!r} does not define simulate()")
+
+    def local_problem(self, sweep: SweepBase) -> str | None:
+        """Why this process cannot compute the sweep's partitions (one line), or None."""
+        return None
 
     def sections(self, sweep: SweepBase) -> list[Section]:
         """The report sections of a cube of this model, in page order."""

@@ -37,6 +37,16 @@ BAD = {
     "unknown layer norm": (spec(layer_norm="rms"), "layer_norm: Input should be"),
     "ngpt alpha 0": (spec(layer_norm="ngpt", ngpt_alpha=0), "ngpt_alpha:"),
     "negative tie tolerance": (spec(attention="hardmax", hardmax_tol=-1), "hardmax_tol:"),
+    "unknown device": (spec(device="gpu"), "device: Input should be 'cpu' or 'cuda'"),
+    "gpu with rk4": (spec(device="cuda", integrator="rk4"),
+                     "integrator: got 'rk4', but device: cuda runs retraction Euler"),
+    "gpu with two heads": (spec(device="cuda", heads=2), "heads: got 2, but device: cuda"),
+    "gpu with a drawn value": (spec(device="cuda", value="goe"), "value: got 'goe', but device"),
+    "gpu with hardmax": (spec(device="cuda", attention="hardmax"), "attention: got 'hardmax'"),
+    "gpu with noise": (spec(device="cuda", noise="common", grid={"sigma": [0.1]}), "noise: got"),
+    "gpu with pre-LN": (spec(device="cuda", layer_norm="pre"), "layer_norm: got 'pre'"),
+    "gpu with a time-varying P": (spec(device="cuda", time_varying="rst_random_frequencies"),
+                                  "time_varying: got"),
 }
 
 
@@ -75,6 +85,37 @@ def test_value_rotation_and_hardmax_reach_the_kernel():
     assert kw["layer_norm"] == "ngpt" and kw["ngpt_alpha"] == 0.5
     for name in ("sphere-flow-noise", "sphere-flow-hardmax"):  # the catalog specs parse
         assert load_sweep(name).model == "sphere_flow"
+
+
+def test_device_reaches_the_kernel_only_when_cuda():
+    model, cell = get_model("sphere_flow"), {"beta": 1.0, "d": 3, "n": 4}
+    assert "device" not in model.kernel_arguments(parse_sweep(spec()), cell)
+    sweep = parse_sweep(spec(device="cuda", attention="causal_usa", value="minus_identity",
+                             precision="float32", rst_scaling=True, record=["gram"]))
+    assert model.kernel_arguments(sweep, cell)["device"] == "cuda"
+    assert model.local_problem(parse_sweep(spec())) is None
+
+
+def test_cuda_on_a_machine_without_one_is_refused_before_computing(tmp_path):
+    """`run` on local workers and `plan` (its calibration computes here) exit 2 with one line;
+    `plan --no-calibrate` plans."""
+    from tokensweep.kernels.sphere_torch import cuda_problem
+
+    if cuda_problem() is None:
+        pytest.skip("this machine has PyTorch with a CUDA GPU")
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(spec(device="cuda")))
+    store = str(tmp_path / "gpu.zarr")
+    for command in (["run", str(path), "--store", store], ["plan", str(path), "--store", store]):
+        result = subprocess.run(["tokensweep", *command], capture_output=True, text=True,
+                                cwd=tmp_path, timeout=300)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("error: device: cuda needs PyTorch with a CUDA GPU on "
+                                        "the worker: "), result.stderr
+    assert not (tmp_path / "gpu.zarr").exists()
+    result = subprocess.run(["tokensweep", "plan", str(path), "--store", store, "--no-calibrate"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
 
 
 def test_the_command_line_exits_2_with_one_line(tmp_path):

@@ -57,6 +57,18 @@ class SphereFlowSweep(RecordingSweep):
     speed at large n d; statistics agree with float64 within sampling error). `threads`: integrate a
     partition's trajectories on that many threads (same results, bit for bit).
 
+    `device: cuda` integrates a partition's trajectories on a CUDA GPU with PyTorch
+    (`kernels/sphere_torch.py`; the `gpu` extra), for what the symmetric CPU path covers: Euler,
+    SA / USA (causal or not), Q = K = I, V = +-I, one head, beta >= 0, nothing time-varying,
+    noisy or turning, post-LN; any other configuration is refused here, naming the field. The
+    starts are the CPU's numbers and the outcomes the CPU's numba functions (on `threads` host
+    threads); states agree with the CPU kernel to ~1e-12 in float64 (tests, and on an H100:
+    docs/models.md section 2.10). A store holds one device's numbers: it is part of the spec.
+    `tokensweep run` on local workers, and `plan` when it calibrates, refuse before computing
+    where this machine's torch sees no CUDA GPU; on a remote or batch cluster nothing local
+    can tell, so a partition whose worker lacks one fails with one line (`device: cuda needs
+    PyTorch with a CUDA GPU on the worker: ...`, in `tokensweep status`).
+
     >>> from tokensweep.pipeline.spec import parse_sweep
     >>> s = parse_sweep({"name": "f", "model": "sphere_flow", "grid": {"beta": 1, "d": 8, "n": 4},
     ...     "time": {"T": 3.0, "layers": 30}, "trajectories": 2, "init": "equiangular"})
@@ -85,6 +97,7 @@ class SphereFlowSweep(RecordingSweep):
     matrices: Optional[dict[Literal[MATRIX_KEYS], tuple[Matrix, ...]]] = None
     precision: Literal[vocabulary.FLOW_PRECISIONS] = "float64"
     threads: int = Field(default=1, ge=1)
+    device: Literal[vocabulary.SPHERE_FLOW_DEVICES] = "cpu"
 
     @field_validator("matrices", mode="before")
     @classmethod
@@ -128,6 +141,14 @@ class SphereFlowSweep(RecordingSweep):
         if self.layer_norm != "post" and (self.integrator != "euler" or self.noise is not None):
             raise refuse("layer_norm", f"{self.layer_norm!r} is one Euler layer per step: set "
                           "integrator: euler and give no noise, or use layer_norm: post")
+        return self
+
+    @model_validator(mode="after")
+    def _on_the_device(self):
+        """device: cuda only where the GPU path covers the configuration (`gpu_refusal`)."""
+        refusal = gpu_refusal(self)
+        if refusal is not None:
+            raise refuse(*refusal)
         return self
 
     @model_validator(mode="after")
@@ -189,6 +210,15 @@ class SphereFlow(Model):
                     rst_scaling=sweep.rst_scaling, matrices=matrices, precision=sweep.precision,
                     threads=sweep.threads, **option_arguments(sweep, coords), **time_arguments(sweep),
                     **record_arguments(sweep))
+
+    def local_problem(self, sweep) -> Optional[str]:
+        """device: cuda where this process's torch sees no CUDA GPU: why, in one line."""
+        if sweep.device != "cuda":
+            return None
+        from ...kernels.sphere_torch import NEEDS_CUDA, cuda_problem
+
+        problem = cuda_problem()
+        return None if problem is None else f"{NEEDS_CUDA}: {problem}"
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.sphere_flow import simulate_sphere_flow
@@ -302,10 +332,39 @@ def kernel_start(start: Start):
     return "equiangular" if start.kind == "equiangular" else None
 
 
+GPU_PATH = ("device: cuda runs retraction Euler with SA or USA, Q = K = I, V = +-I, one head, "
+            "beta >= 0, nothing time-varying, noisy or turning, post-LN")
+
+
+def gpu_refusal(sweep):
+    """(field, text) of the first option `device: cuda` does not cover, or None (beta >= 0 is
+    every spec's rule already)."""
+    if sweep.device == "cpu":
+        return None
+    s = sweep
+    checks = (  # field, its value, off the GPU path, the fix
+        ("integrator", s.integrator, s.integrator != "euler", "set integrator: euler"),
+        ("attention", s.attention, s.attention.endswith("hardmax"),
+         "choose sa, usa, causal_sa or causal_usa"),
+        ("heads", s.heads, s.heads != 1, "set heads: 1"),
+        ("qk", s.qk, s.qk != "identity", "set qk: identity"),
+        ("value", s.value, s.value not in ("identity", "minus_identity"),
+         "set value: identity or minus_identity"),
+        ("matrices", sorted(s.matrices or ()), bool(s.matrices), "remove matrices"),
+        ("time_varying", s.time_varying, s.time_varying is not None, "remove time_varying"),
+        ("noise", s.noise, s.noise is not None, "remove noise and grid.sigma"),
+        ("value_rotation", s.value_rotation, bool(s.value_rotation), "remove value_rotation"),
+        ("layer_norm", s.layer_norm, s.layer_norm != "post", "use layer_norm: post"))
+    for field, value, off_path, fix in checks:
+        if off_path:
+            return field, f"got {value!r}, but {GPU_PATH}: {fix}, or set device: cpu"
+    return None
+
+
 def option_arguments(sweep, coords) -> dict:
     """The kernel's keywords of the issue-8 options for one cell (noise, value_rotation,
-    hardmax_tol, ensemble_scaling, layer_norm); with every option at its default, none (today's
-    call)."""
+    hardmax_tol, ensemble_scaling, layer_norm, device); with every option at its default, none
+    (today's call)."""
     out = {} if sweep.noise is None else {"noise": sweep.noise, "sigma": float(coords["sigma"])}
     if sweep.value_rotation:
         out["value_rotation"] = sweep.value_rotation
@@ -315,6 +374,8 @@ def option_arguments(sweep, coords) -> dict:
         out["ensemble_scaling"] = sweep.ensemble_scaling
     if sweep.layer_norm != "post":
         out.update(layer_norm=sweep.layer_norm, ngpt_alpha=sweep.ngpt_alpha)
+    if sweep.device != "cpu":
+        out["device"] = sweep.device
     return out
 
 

@@ -1,0 +1,292 @@
+"""The GPU path of the sphere flow: `sphere_symmetric`'s configurations in PyTorch (issue 11).
+
+Covers what the symmetric CPU path covers: retraction Euler x <- N(x + h P_x(A(x))) for SA / USA,
+causal or not, Q = K = I, V = +-I, one head, beta >= 0, not time-varying, no noise, post-LN
+(`sphere_flow.simulate_sphere_flow(device="cuda")` refuses anything else, naming the argument).
+Trajectories are a leading batch axis (B, n, d); one step is two batched products and a dozen
+element-wise kernels, with no host synchronisation between checkpoints.
+
+The same evaluation as the CPU kernel: E = exp(beta (G - c)), G = X X^T, c = max_k G_kk >= every
+logit (beta >= 0), so every exponential is <= 1; SA divides by the row sums, USA carries the
+scale e^{shift}, shift = beta c - log n (+ log of the [RST] 1/sqrt(d)), put on the side of
+y = fx x + fa inc where it is <= 1 (fx = e^{-max(shift, 0)}, fa = h e^{min(shift, 0)}), so USA
+at large beta neither overflows nor loses the step. Where fx^2 could underflow (USA,
+beta - log n > 40 % of the dtype's exponent range) every y is first divided by max_k |y_k|, as
+`sphere_symmetric._normalise_scaled` does for the tokens that need it. d > n runs in the
+n-dimensional span of the start, as `sphere_symmetric.SPAN_REDUCTION` (`span_basis`).
+Not bitwise the CPU's: products by cuBLAS, exp by CUDA, rounding ~1e-16 per step apart; the flow
+contracts, so states stay ~1e-12 apart after 300 steps (tests/test_kernel_sphere_torch.py).
+
+The starts are the CPU path's numbers: normals from the same Generators (`blocks.start_normals`),
+shaped by `ensembles.shape_start` in float64, then copied to the device (float32: rounded there).
+At each checkpoint the state is copied to the host as float64 and the outcomes are computed by
+the numba record functions every CPU path uses (`sphere_outcomes.record`,
+`observables.record_observables`), on `threads` host threads while the device integrates on.
+Non-finite: a NaN, once in a state, spreads to every token of that trajectory at the next step
+(through c = max G_kk), so a trajectory whose copy holds a non-finite number stops recording there,
+and its later checkpoints keep their missing values, as on the CPU (|y| <= 1 + 2 h n cannot
+overflow for any sensible h).
+
+PyTorch is imported inside the functions, never by importing this module: `import tokensweep`
+and the CPU paths do not need it. `cuda_problem` says why a process cannot run device "cuda".
+"""
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from numba import njit
+
+from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from . import observables, outcomes
+from .ensembles import GIVEN, shape_start
+from .sphere_outcomes import record
+
+NEEDS_CUDA = "device: cuda needs PyTorch with a CUDA GPU on the worker"
+BATCH_ELEMENTS = 1 << 24  # trajectories per device batch: B n max(n, m) at most this (128 MB)
+PENDING = 4  # checkpoints copied to the host and not yet recorded, at most (host memory)
+UNDERFLOW_FRACTION = 0.4  # robust normalisation where USA's fx^2 could underflow (docstring)
+
+
+def cuda_problem():
+    """Why this process cannot run device "cuda" (one line), or None where it can."""
+    try:
+        import torch
+    except ImportError as err:
+        return f"PyTorch is not installed ({err}): pip install 'tokensweep[gpu]' on the worker"
+    if not torch.cuda.is_available():
+        return (f"torch {torch.__version__} sees no CUDA GPU here (its CUDA: "
+                f"{torch.version.cuda or 'none, a CPU-only build'}): run on a machine with an "
+                "NVIDIA GPU and a CUDA build of torch, or set device: cpu")
+    return None
+
+
+def torch_device(device):
+    """The torch.device for `device` ("cuda", "cuda:N", or a torch.device: torch.device("cpu")
+    runs the path on the CPU, for tests); raises RuntimeError (`NEEDS_CUDA`: ...) where CUDA
+    is asked for and this process has none."""
+    if str(device).startswith("cuda"):
+        problem = cuda_problem()
+        if problem is not None:
+            raise RuntimeError(f"{NEEDS_CUDA}: {problem}")
+    import torch
+
+    return torch.device(device)
+
+
+# ---------------------------------------------------------------------------------------------
+# the step, on the device
+
+
+def euler_step(x, h, beta, usa, causal, sign, log_scale0, robust):
+    """One retraction-Euler step of the symmetric flow for a batch x (B, n, m); returns the new
+    state (x itself is not changed). usa: USA (else SA); sign: +1.0 (V = I) or -1.0 (V = -I);
+    log_scale0: -log(d)/2 with the [RST] scaling, else 0; robust: divide y by max |y_k| before
+    normalising (module docstring)."""
+    import torch
+
+    n = x.shape[1]
+    g = torch.bmm(x, x.transpose(1, 2))
+    c = torch.diagonal(g, dim1=1, dim2=2).amax(1)  # (B,): >= every logit
+    e = g.sub_(c[:, None, None]).mul_(beta).exp_()  # e[i, j]: key j of query i, <= 1
+    if causal:
+        e = e.tril_()
+    a = torch.bmm(e, x)
+    if usa:  # the scale e^{shift} in float64, as the CPU kernel computes it
+        shift = c.to(torch.float64) * beta + (log_scale0 - math.log(n))
+        fx = torch.exp(-shift.clamp(min=0.0)).to(x.dtype)[:, None, None]
+        fa = (h * torch.exp(shift.clamp(max=0.0))).to(x.dtype)[:, None, None]
+        f = a
+    else:
+        fx, fa = 1.0, h * math.exp(min(log_scale0, 0.0))
+        f = a.mul_(e.sum(2, keepdim=True).reciprocal_())
+    if sign < 0.0:
+        f = f.neg_()
+    dot = (x * f).sum(2, keepdim=True)
+    inc = torch.addcmul(f, dot, x, value=-1.0)  # f - <x, f> x
+    if usa:
+        y = torch.addcmul(inc.mul_(fa), x, fx)
+    else:
+        y = torch.add(x, inc, alpha=fa)
+    if robust:
+        y = y.div_(y.abs().amax(2, keepdim=True))
+    y = y.mul_(torch.linalg.vector_norm(y, dim=2, keepdim=True).reciprocal_())
+    if causal:  # V = +-I: A_1 = +-x_1, token 1 does not move at all
+        y[:, 0] = x[:, 0]
+    return y
+
+
+def needs_robust(usa, beta, n, log_scale0, dtype):
+    """Can USA's fx = e^{-shift} square to below the dtype's smallest normal (c ~ 1)?"""
+    import torch
+
+    tiny_log = -math.log(torch.finfo(dtype).tiny)
+    return bool(usa and beta - math.log(n) + log_scale0 > UNDERFLOW_FRACTION * tiny_log)
+
+
+def span_basis(x):
+    """(B, d, n) orthonormal columns spanning the rows of each x[b] (n, d), n < d, float64:
+    CholeskyQR2 (two passes of q <- q L^{-T}, L L^T = q^T q: batched products, no per-matrix
+    loop), and Householder QR (`torch.linalg.qr`, as the CPU's `span_basis`) for the starts
+    where that fails or leaves |Q^T Q - I| > 1e-12 (nearly dependent tokens). Any orthonormal
+    basis of the span gives the same outcomes (an isometry); states are mapped back by it."""
+    import torch
+
+    a = x.transpose(1, 2)
+    q, bad = a, torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
+    for _ in range(2):
+        low, info = torch.linalg.cholesky_ex(torch.bmm(q.transpose(1, 2), q))
+        bad |= info != 0
+        low = torch.where(bad[:, None, None], torch.eye(low.shape[1], dtype=low.dtype,
+                                                        device=low.device), low)
+        q = torch.linalg.solve_triangular(low, q.transpose(1, 2), upper=False).transpose(1, 2)
+    eye = torch.eye(q.shape[2], dtype=q.dtype, device=q.device)
+    bad |= ~((torch.bmm(q.transpose(1, 2), q) - eye).abs().flatten(1).amax(1) <= 1e-12)
+    if bool(bad.any()):
+        q = q.clone()
+        q[bad] = torch.linalg.qr(a[bad]).Q
+    return q
+
+
+# ---------------------------------------------------------------------------------------------
+# the host side: starts and records, by the numba functions of the CPU paths
+
+
+@njit(nogil=True, cache=True)
+def shape_starts(z, init, ok, out, r0):
+    """Shape each z[b] (n, d) into a start in place (`shape_start`), ok[b] its validity, and set
+    trajectory r0 + b's hemisphere direction (`observables.record_start`); an invalid start is
+    replaced by e_1 for every token, integrated and never recorded."""
+    for b in range(z.shape[0]):
+        ok[b] = shape_start(init, z[b])
+        if ok[b]:
+            observables.record_start(z[b], out, r0 + b)
+        else:
+            z[b] = 0.0
+            z[b, :, 0] = 1.0
+
+
+@njit(nogil=True, cache=True)
+def record_rows(xs, xa, alive, b0, b1, r0, c, beta, delta, eps, out, states, memo_v, memo_i):
+    """Checkpoint c of the batch's rows b0..b1-1 (trajectories r0 + b): xs (B, n, m) float64
+    states in the integration coordinates, xa (B, n, d) the ambient ones (or (0, n, d): xs is
+    ambient); a row that is not finite marks its trajectory dead (alive[b] = False) and records
+    nothing from then on. memo_v, memo_i: each trajectory's hemisphere memory (`memory(m)`)."""
+    n = xs.shape[1]
+    g = np.empty((n, n))
+    for b in range(b0, b1):
+        if not alive[b]:
+            continue
+        x = xs[b]
+        if not np.all(np.isfinite(x)):
+            alive[b] = False
+            continue
+        r = r0 + b
+        record(x, beta, delta, eps, g, out, r, c, (memo_v[b], memo_i[b]))
+        ambient = xa[b] if xa.shape[0] > 0 else x
+        observables.record_observables(ambient, g, out, r, c)
+        if states.shape[1] > 0:
+            states[r, c] = ambient
+
+
+@njit(nogil=True, cache=True)
+def finish_rows(alive, r0, out, times):
+    for b in range(alive.shape[0]):
+        outcomes.finish_trajectory(out, r0 + b, alive[b], times)
+
+
+class _Recorder:
+    """Records checkpoints on `threads` host threads while the device integrates on: the batch's
+    rows split into one group per thread, each group's checkpoints recorded in order on its own
+    single-thread pool (the hemisphere memory runs along a trajectory)."""
+
+    def __init__(self, threads):
+        self.pools = [ThreadPoolExecutor(1) for _ in range(threads)]
+        self.pending = []
+
+    def submit(self, job, rows):
+        bounds = np.linspace(0, rows, len(self.pools) + 1).astype(int)
+        futures = [pool.submit(job, int(b0), int(b1))
+                   for pool, b0, b1 in zip(self.pools, bounds[:-1], bounds[1:]) if b1 > b0]
+        self.pending.append(futures)
+        while len(self.pending) > PENDING:
+            self.wait_oldest()
+
+    def wait_oldest(self):
+        for future in self.pending.pop(0):
+            future.result()
+
+    def close(self):
+        try:
+            while self.pending:
+                self.wait_oldest()
+        finally:
+            for pool in self.pools:
+                pool.shutdown()
+
+
+def integrate(starts, ntraj, n, d, init, h, layers, ckpt, times, par, delta, eps, out, states,
+              proto, reduce, device, threads=1, batch=None):
+    """`sphere_symmetric.integrate_t`'s trajectories 0..ntraj-1 on a torch device.
+
+    starts(r0, r1): (r1 - r0, n, d) float64, each trajectory's n*d standard normals (or given
+    starts, init = GIVEN); par: (beta, usa, causal, sign, log_scale0); proto: an array of the
+    working dtype; reduce: integrate in the span of the start (n < d); device: for
+    `torch_device`; threads: host threads recording; batch: trajectories per device batch
+    (default: B n max(n, m) <= BATCH_ELEMENTS). Fills out and states."""
+    import torch
+
+    dev = torch_device(device)
+    beta, usa, causal, sign, log_scale0 = par
+    dtype = torch.float32 if proto.dtype == np.float32 else torch.float64
+    robust = needs_robust(usa, beta, n, log_scale0, dtype)
+    ckpt = [int(k) for k in ckpt]
+    size = int(batch or max(1, BATCH_ELEMENTS // (n * max(n, n if reduce else d))))
+    recorder = _Recorder(max(1, int(threads)))
+    finished = []
+    try:
+        for r0 in range(0, ntraj, size):
+            z = starts(r0, min(ntraj, r0 + size))
+            alive = np.empty(z.shape[0], dtype=np.bool_)
+            shape_starts(z, init, alive, out, r0)
+            finished.append((r0, alive))
+            _integrate_batch(torch, dev, dtype, z, alive, r0, h, layers, ckpt, par, delta, eps,
+                             out, states, reduce, robust, recorder)
+    finally:
+        recorder.close()
+    for r0, alive in finished:
+        finish_rows(alive, r0, out, times)
+
+
+def _integrate_batch(torch, dev, dtype, z, alive, r0, h, layers, ckpt, par, delta, eps, out,
+                     states, reduce, robust, recorder):
+    """One device batch: upload the starts, step, copy each checkpoint and hand it over."""
+    beta, usa, causal, sign, log_scale0 = par
+    rows, n, d = z.shape
+    x64 = torch.from_numpy(z).to(dev)
+    basis = None
+    if reduce:  # orthonormal columns spanning the start's tokens: x = y basis^T
+        basis = span_basis(x64)  # (B, d, n)
+        x64 = torch.bmm(x64, basis)
+    x = x64.to(dtype)
+    m = x.shape[2]
+    ambient = reduce and (states.shape[1] > 0 or out.hemisphere_margin.shape[1] > 0)
+    memo_v = np.zeros((rows, m))
+    memo_i = np.zeros((rows, m + 3), dtype=np.int64)
+    no_ambient = np.empty((0, n, d))
+    c = 0
+    for s in range(layers):
+        x = euler_step(x, h, beta, usa, causal, sign, log_scale0, robust)
+        if c < len(ckpt) and s + 1 == ckpt[c]:
+            xc = x.to(torch.float64)
+            xs = xc.cpu().numpy()
+            xa = torch.bmm(xc, basis.transpose(1, 2)).cpu().numpy() if ambient else no_ambient
+
+            def job(b0, b1, xs=xs, xa=xa, c=c):
+                record_rows(xs, xa, alive, b0, b1, r0, c, float(beta), float(delta), float(eps),
+                            out, states, memo_v, memo_i)
+            recorder.submit(job, rows)
+            c += 1
+    final = torch.isfinite(x).flatten(1).all(1).cpu().numpy()
+    recorder.submit(lambda b0, b1: np.logical_and(alive[b0:b1], final[b0:b1], out=alive[b0:b1]),
+                    rows)
