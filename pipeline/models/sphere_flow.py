@@ -62,7 +62,7 @@ class SphereFlowSweep(RecordingSweep):
     SA / USA (causal or not), Q = K = I, V = +-I, one head, beta >= 0, nothing time-varying,
     noisy or turning, post-LN; any other configuration is refused here, naming the field. The
     starts are the CPU's numbers and the outcomes the CPU's numba functions (on `threads` host
-    threads); states agree with the CPU kernel to ~1e-12 in float64 (tests, and on an H100:
+    threads); states agree with the CPU kernel to ~1e-13 in float64 (tests, and on an H200:
     docs/models.md section 2.10). A store holds one device's numbers: it is part of the spec.
     `tokensweep run` on local workers, and `plan` when it calibrates, refuse before computing
     where this machine's torch sees no CUDA GPU; on a remote or batch cluster nothing local
