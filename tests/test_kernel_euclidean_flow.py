@@ -14,6 +14,8 @@ import pytest
 from scipy.linalg import expm as scipy_expm
 from scipy.spatial import ConvexHull
 
+from numpy_reference import ref_log_boolean_defect
+
 from tokensweep.kernels import euclidean_flow as ef
 from tokensweep.kernels.euclidean_flow import OUTPUTS, simulate_euclidean_flow
 from tokensweep.kernels.outcomes import allocate_outputs
@@ -46,10 +48,15 @@ def random_qk(d, seed, positive=False):
 # NumPy reference
 
 
+def reference_logits(t, z, Q, K, V, beta):
+    """L_ij = beta <Q e^{tV} z_i, K e^{tV} z_j> at time t; z (n, d)."""
+    e = scipy_expm(t * V)
+    return beta * (z @ (Q @ e).T) @ (z @ (K @ e).T).T
+
+
 def reference_velocity(t, z, V, Q, K, beta):
     """dz/dt and P at time t, vectorised NumPy; z (n, d)."""
-    e = scipy_expm(t * V)
-    logits = beta * (z @ (Q @ e).T) @ (z @ (K @ e).T).T
+    logits = reference_logits(t, z, Q, K, V, beta)
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
     return (p @ z - z) @ V.T, p
@@ -122,6 +129,11 @@ def test_matches_numpy_reference_step_by_step(case, integrator):
     np.testing.assert_allclose(out["P_final"][0], p_ref, rtol=0, atol=1e-12)
     spread_ref = [np.linalg.norm(ref[c] @ scipy_expm(c * h * V).T, axis=1).max() for c in ckpt]
     np.testing.assert_allclose(out["spread"][0], spread_ref, rtol=1e-12)
+    logits = [reference_logits(c * h, ref[c], Q, K, V, beta) for c in ckpt]
+    defect_ref = [ref_log_boolean_defect(x) for x in logits]
+    # log D is a difference of logits: exact to the logits' rounding, ~1e-12 of their size
+    np.testing.assert_allclose(out["log_boolean_defect"][0], defect_ref, rtol=0,
+                               atol=1e-11 * max(1.0, max(np.abs(x).max() for x in logits)))
     assert not out["nonfinite"][0]
 
 
