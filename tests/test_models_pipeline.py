@@ -148,7 +148,7 @@ FAMILIES = {
 FIGURES = {"sphere_flow": {"frac_close", "clusters", "classes"},
            "sphere_flow_equiangular": {"frac_close", "clusters", "equiangular", "classes"},
            "euclidean_flow": {"clusters", "boolean_rate"}, "euclidean_flow_matrix": {"clusters"},
-           "hybrid": {"phase", "heatmap", "dominant", "classes"},
+           "hybrid": {"phase", "horizon", "heatmap", "dominant", "classes"},
            "stochastic_n_gt_2": {"phase", "horizon", "any_antipodal", "persistence", "classes"}}
 
 

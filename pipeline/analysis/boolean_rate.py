@@ -49,7 +49,7 @@ from scipy import stats
 from .stats import done_finite
 
 __all__ = ["LOCK_MARGIN", "predicted_slope", "trajectory_fits", "slope_bound", "r2_bound",
-           "single_exponential_r2", "rate_table"]
+           "single_exponential_r2", "rate_table", "window_size"]
 
 LOCK_MARGIN = 3.0  # units of 1/V between the lock time and the window's start (module docstring)
 
@@ -88,6 +88,12 @@ def single_exponential_r2(V: float, t) -> float:
     return float(np.corrcoef(t, np.exp(V * (t - t.max())))[0, 1] ** 2)
 
 
+def window_size(t, start: float | None = None) -> int:
+    """Checkpoints in the fit window [start, T] (default [T/2, T]); a fit needs 3."""
+    t = np.asarray(t, float)
+    return int((t >= (t[-1] / 2 if start is None else float(start)) - 1e-12).sum())
+
+
 def _line_fit(t, y):
     """(slope, intercept, r^2) of least squares y ~ t along the last axis (NaN rows stay NaN)."""
     tc = t - t.mean()
@@ -112,7 +118,7 @@ def trajectory_fits(t, log_defect, V: float, start: float | None = None) -> dict
     log_d = np.asarray(log_defect, float)
     start = t[-1] / 2 if start is None else float(start)
     w = t >= start - 1e-12
-    if w.sum() < 3:
+    if window_size(t, start) < 3:
         raise ValueError(f"the window [{start:g}, {t[-1]:g}] holds {int(w.sum())} checkpoints, but a "
                          "fit needs at least 3: record more checkpoints (time.checkpoints)")
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -133,7 +139,7 @@ def rate_table(ds: xr.Dataset, rate, level: float = 0.95) -> xr.Dataset | None:
     its t-interval, the bounds, median r^2 of both fits and the expected single-exponential r^2.
 
     rate: (cell: {axis: value}) -> predicted slope or None (the model's `boolean_rate`)."""
-    if "log_boolean_defect" not in ds or ds.sizes.get("t", 1) < 3:
+    if "log_boolean_defect" not in ds or window_size(ds["t"].values) < 3:
         return None
     log_d = ds["log_boolean_defect"]
     keep = done_finite(ds, log_d.isel(t=-1))

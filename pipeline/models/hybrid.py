@@ -111,10 +111,10 @@ class Hybrid(Model):
         return [("σ_lo(β) = sqrt(1 + e^-2β)", "w--", lo), ("σ_hi = sqrt(2)", "w-", hi)]
 
     def sections(self, sweep):
-        from ..report import antipodal, dominant  # here, not above: workers never draw (matplotlib, scipy.stats)
+        from ..report import antipodal, dominant, horizon  # here, not above: workers never draw
 
-        return [antipodal.probability_section, antipodal.heatmap_section, dominant.dominant_section,
-                antipodal.any_pair_section]
+        return [antipodal.probability_section, horizon.horizon_section, antipodal.heatmap_section,
+                dominant.dominant_section, antipodal.any_pair_section]
 
 
 model = Hybrid()

@@ -6,15 +6,15 @@ mean slope of log(-log D) against t over [T/2, T] with its t-interval, against t
 and the range a finite window allows, the median r^2 of that straight line and of the
 single-exponential alternative (log D against t) beside the value the doubly exponential law
 gives; and `boolean_rate.png`, log(-log D) over every checkpoint per trajectory with the predicted
-line. Cubes without the output (written before it existed) or with fewer than 3 checkpoints get
-no section.
+line. Cubes without the output (written before it existed) get no section, cubes with fewer than
+3 checkpoints in [T/2, T] one line.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.boolean_rate import LOCK_MARGIN, rate_table, trajectory_fits
+from ..analysis.boolean_rate import LOCK_MARGIN, rate_table, trajectory_fits, window_size
 from ..analysis.stats import closed_form, done_finite
 from ..plugin import Part, ReportInput
 from .figures import figure_title, save, subplots
@@ -28,10 +28,14 @@ MAX_PANELS = 9  # cells drawn; the table lists them all
 def boolean_rate_section(report: ReportInput) -> Part:
     ds = report.ds
     rate = closed_form(ds, "boolean_rate")
-    if rate is None or "log_boolean_defect" not in ds or ds.sizes.get("t", 1) < 3:
-        return Part([], {})
+    if rate is None or "log_boolean_defect" not in ds:
+        return Part([], {})  # no theorem, or a cube written before the output existed
+    if window_size(ds["t"].values) < 3:
+        return Part([f"The doubly exponential rate of P(t) ([GLPR-E] Thm 2.1): not fitted, "
+                     f"{window_size(ds['t'].values)} checkpoints in [T/2, T] (3 needed: raise "
+                     "time.checkpoints).", ""], {})
     table = rate_table(ds, rate, report.level)
-    if table is None:
+    if table is None:  # no cell with a rate (d > 1, V < 0, ...)
         return Part([], {})
     dims = [d for d in table.coords if d in ds["log_boolean_defect"].dims]
     rows = []
