@@ -55,8 +55,8 @@ from . import cache  # noqa: F401  (selects numba's cache folder before anything
 from . import vocabulary
 from .ensembles import ENSEMBLE_CODES, draw_matrix
 from .euclidean_schemes import (DISCRETE, INTEGRATOR_CODES, RK4, _matmul, _project,  # noqa: F401
-                                advance, allocate_frame, allocate_work, attention_matrix, continuous_frame, copy_frame,
-                                discrete_frame, expm)
+                                advance, allocate_frame, allocate_work, attention_matrix,
+                                continuous_frame, copy_frame, discrete_frame, expm)
 from .outcomes import allocate_outputs, record_class, union
 
 VALUE_ENSEMBLES = vocabulary.EUCLIDEAN_VALUE_ENSEMBLES

@@ -71,7 +71,8 @@ H_BIAS_HYBRID = 0.04
 
 @pytest.fixture(scope="module")
 def hybrid_horizon(tmp_path_factory):
-    spec = entry("fedorov2026-hybrid-horizon", time={"T": 10.0, "layers": 10000, "checkpoints": [2.5, 5.0, 10.0]})
+    spec = entry("fedorov2026-hybrid-horizon",
+                 time={"T": 10.0, "layers": 10000, "checkpoints": [2.5, 5.0, 10.0]})
     return cube_and_report(spec, tmp_path_factory.mktemp("hybrid_horizon"))
 
 

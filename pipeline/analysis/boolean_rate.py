@@ -49,7 +49,7 @@ from scipy import stats
 from .stats import done_finite
 
 __all__ = ["LOCK_MARGIN", "predicted_slope", "trajectory_fits", "slope_bound", "r2_bound",
-           "single_exponential_r2", "rate_table", "window_size"]
+           "single_exponential_r2", "cell_summary", "rate_table", "window_size"]
 
 LOCK_MARGIN = 3.0  # units of 1/V between the lock time and the window's start (module docstring)
 
@@ -134,9 +134,32 @@ def trajectory_fits(t, log_defect, V: float, start: float | None = None) -> dict
             "locked": locked, "window": t[w]}
 
 
+def cell_summary(t, log_defect, V: float, level: float = 0.95) -> dict:
+    """One cell's row of `rate_table` from its trajectories' log D (ntraj, nt) and its rate V."""
+    fits = trajectory_fits(t, log_defect, V)
+    locked = fits["locked"]
+    slopes = fits["slope"][locked]
+    k = slopes.size
+    mean = float(slopes.mean()) if k else np.nan
+    half = float(stats.t.ppf((1 + level) / 2, k - 1) * slopes.std(ddof=1) / np.sqrt(k)) if k > 1 else np.nan
+    lo, hi = slope_bound(V)
+
+    def median(values):
+        return float(np.nanmedian(values)) if np.isfinite(values).any() else np.nan
+
+    return {"n_traj": len(log_defect), "n_locked": k, "slope": mean, "lo": mean - half, "hi": mean + half,
+            "slope_median_all": median(fits["slope"]), "predicted": V, "bound_lo": lo, "bound_hi": hi,
+            "r2": median(fits["r2"][locked]), "r2_bound": r2_bound(V, fits["window"]),
+            "r2_single": median(fits["r2_single"][locked]),
+            "r2_single_expected": single_exponential_r2(V, fits["window"]),
+            "window_start": float(fits["window"][0])}
+
+
 def rate_table(ds: xr.Dataset, rate, level: float = 0.95) -> xr.Dataset | None:
-    """Per cell (d = 1 cells with a predicted rate): counts, the locked trajectories' mean slope with
-    its t-interval, the bounds, median r^2 of both fits and the expected single-exponential r^2.
+    """`cell_summary` per cell with a predicted rate (d = 1), over a `cell` dimension with the grid
+    coordinates: counts, the locked trajectories' mean slope with its t-interval (level), the
+    derived range, the median r^2 of both fits and the single-exponential r^2 the law gives.
+    None for a cube without log D, with fewer than 3 checkpoints in [T/2, T] or without such cells.
 
     rate: (cell: {axis: value}) -> predicted slope or None (the model's `boolean_rate`)."""
     if "log_boolean_defect" not in ds or window_size(ds["t"].values) < 3:
@@ -145,39 +168,19 @@ def rate_table(ds: xr.Dataset, rate, level: float = 0.95) -> xr.Dataset | None:
     keep = done_finite(ds, log_d.isel(t=-1))
     dims = [d for d in log_d.dims if d not in ("t", "traj")]
     t = ds["t"].values.astype(float)
-    rows = []
+    coords, rows = [], []
     for idx in np.ndindex(*[log_d.sizes[d] for d in dims]):
         sel = dict(zip(dims, idx))
         cell = {d: log_d[d].values[i].item() for d, i in sel.items()}
-        for name in ("beta", "d", "n"):
-            if name not in cell and name in log_d.coords:
-                cell[name] = log_d[name].values.item()
         V = rate(cell)
         if V is None:
             continue
-        values = log_d[sel].transpose("traj", "t").values
-        values = values[keep[sel].values]
-        fits = trajectory_fits(t, values, V)
-        slopes = fits["slope"][fits["locked"]]
-        k = slopes.size
-        mean = float(slopes.mean()) if k else np.nan
-        half = float(stats.t.ppf((1 + level) / 2, k - 1) * slopes.std(ddof=1) / np.sqrt(k)) if k > 1 else np.nan
-        lo_b, hi_b = slope_bound(V)
-        window = fits["window"]
-        rows.append({**{d: log_d[d].values[i] for d, i in sel.items()},
-                     "n_traj": values.shape[0], "n_locked": k, "slope": mean, "lo": mean - half,
-                     "hi": mean + half, "slope_median_all": float(np.nanmedian(fits["slope"])) if values.size else np.nan,
-                     "predicted": V, "bound_lo": lo_b, "bound_hi": hi_b,
-                     "r2": float(np.nanmedian(fits["r2"][fits["locked"]])) if k else np.nan,
-                     "r2_bound": r2_bound(V, window),
-                     "r2_single": float(np.nanmedian(fits["r2_single"][fits["locked"]])) if k else np.nan,
-                     "r2_single_expected": single_exponential_r2(V, window),
-                     "window_start": float(window[0]), "lock_max": float(np.nanmax(fits["lock"]))
-                     if np.isfinite(fits["lock"]).any() else np.nan})
+        values = log_d[sel].transpose("traj", "t").values[keep[sel].values]
+        coords.append(cell)
+        rows.append(cell_summary(t, values, V, level))
     if not rows:
         return None
-    table = xr.Dataset({k: ("cell", [r[k] for r in rows]) for k in rows[0] if k not in dims})
-    for d in dims:
-        table = table.assign_coords({d: ("cell", [r[d] for r in rows])})
+    table = xr.Dataset({k: ("cell", [r[k] for r in rows]) for k in rows[0]},
+                       coords={d: ("cell", [c[d] for c in coords]) for d in dims})
     table.attrs = {"level": level, "T": float(t[-1])}
     return table

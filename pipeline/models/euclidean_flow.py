@@ -251,7 +251,7 @@ class EuclideanFlow(Model):
         return predicted_slope(V, sweep.time.h, sweep.integrator)
 
     def sections(self, sweep):
-        from ..report import boolean_rate, geometry  # here, not above: workers never draw (matplotlib, scipy.stats)
+        from ..report import boolean_rate, geometry  # here, not above: workers never draw
 
         return [geometry.geometry_section, boolean_rate.boolean_rate_section]
 
