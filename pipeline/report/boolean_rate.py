@@ -26,6 +26,7 @@ MAX_PANELS = 9  # cells drawn; the table lists them all
 
 
 def boolean_rate_section(report: ReportInput) -> Part:
+    """The rate table and boolean_rate.png for the cells with a predicted rate; empty without."""
     ds = report.ds
     rate = closed_form(ds, "boolean_rate")
     if rate is None or "log_boolean_defect" not in ds:
