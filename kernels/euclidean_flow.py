@@ -32,6 +32,15 @@ filled into one record of arrays (`outcomes.allocate_outputs`, z_final doubling 
                 z, not x, is the natural frame: for V = I the z_i converge to polytope vertices.
     spread      max_i |x_i(t)|, x = E z (for V = -I it decays like t^{-1/2}: compare
                 sqrt(t) * spread).
+    log_boolean_defect
+                log D(t), D the distance of P(t) (first head) to the set of [GLPR-E] Fig. 2
+                (every row Boolean but one): with delta_i = 1 - max_j P_ij the attention mass
+                off row i's leader, D = the second largest delta_i (the largest row is the one
+                the set leaves free); -inf for n = 1. Computed from the logits, never from P:
+                with m, m2 the largest and second largest logit of the row (leader j*),
+                    log delta_i = (m2 - m) + log sum_{k != j*} e^{L_ik - m2}
+                                  - log sum_k e^{L_ik - m},
+                so it stays exact where delta_i underflows (d = 1, V = 1: -log D ~ c e^t).
     nonfinite   the state became non-finite (or, for "discrete" with a drawn V, R = I + hV is
                 singular: cond > 1e8); that trajectory is frozen, its later checkpoints keep the
                 missing values n_clusters 0 and spread NaN, its z_final and P_final are NaN.
@@ -45,9 +54,9 @@ from numba import njit
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 from . import vocabulary
 from .ensembles import ENSEMBLE_CODES, draw_matrix
-from .euclidean_schemes import (DISCRETE, INTEGRATOR_CODES, RK4, _matmul, advance,  # noqa: F401
-                                allocate_frame, allocate_work, attention_matrix, continuous_frame, copy_frame,
-                                discrete_frame, expm)
+from .euclidean_schemes import (DISCRETE, INTEGRATOR_CODES, RK4, _matmul, _project,  # noqa: F401
+                                advance, allocate_frame, allocate_work, attention_matrix,
+                                continuous_frame, copy_frame, discrete_frame, expm)
 from .outcomes import allocate_outputs, record_class, union
 
 VALUE_ENSEMBLES = vocabulary.EUCLIDEAN_VALUE_ENSEMBLES
@@ -108,9 +117,55 @@ def initial_radius(z):
 
 
 @njit(nogil=True, cache=True)
-def record(z, e, thr, out, r, c):
-    """Checkpoint c of trajectory r with state z (n, d), into the record out: n_clusters of z,
-    spread = max_i |e z_i|."""
+def log_boolean_defect(z, qe, ke, beta, qz, kz, row):
+    """log D of the attention matrix of z (n, d) with logits beta <QE z_i, KE z_j> (module
+    docstring): the second largest over rows of log(1 - max_j P_ij); -inf when n = 1.
+    qe, ke: (d, d) of one head; qz, kz: (n, d) and row: (n,) work arrays."""
+    n, d = z.shape
+    if n < 2:
+        return -np.inf
+    _project(z, qe, ke, qz, kz)
+    first = -np.inf  # the largest and second largest log delta_i so far
+    second = -np.inf
+    for i in range(n):
+        lead = 0
+        for j in range(n):
+            acc = 0.0
+            for a in range(d):
+                acc += qz[i, a] * kz[j, a]
+            row[j] = beta * acc
+            if row[j] > row[lead]:
+                lead = j
+        m = row[lead]
+        m2 = -np.inf
+        for j in range(n):
+            if j != lead and row[j] > m2:
+                m2 = row[j]
+        off = 0.0
+        total = 0.0
+        for j in range(n):
+            total += np.exp(row[j] - m)
+            if j != lead:
+                off += np.exp(row[j] - m2)
+        value = (m2 - m) + np.log(off) - np.log(total)
+        if np.isnan(value):  # logits overflowed (e^{tV} too large): no defect to report
+            return np.nan
+        if value > first:
+            second = first
+            first = value
+        elif value > second:
+            second = value
+    return second
+
+
+@njit(nogil=True, cache=True)
+def record(z, frame, beta, thr, out, r, c, work):
+    """Checkpoint c of trajectory r with state z (n, d) in `frame` (E, QE, KE, M), into the record
+    out: n_clusters of z, spread = max_i |E z_i|, log_boolean_defect of the first head's P
+    (work: `allocate_work`'s arrays, qz, kz and row used)."""
+    e = frame[0]
+    out.log_boolean_defect[r, c] = log_boolean_defect(z, frame[1][0], frame[2][0], beta, work[0],
+                                                      work[1], work[8])
     n, d = z.shape
     out.n_clusters[r, c] = count_clusters_dist(z, thr)
     s2 = 0.0
@@ -141,8 +196,8 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
     v, q, k: (H, d, d). checkpoints: (nt,) int64 sorted step counts (0 = the entry state), last =
     number of steps. scheme: EULER, RK4 or DISCRETE (then R = I + hV must be invertible and t0 a
     multiple of h). thr: (ntraj,) absolute cluster thresholds (the wrapper passes eps *
-    initial_radius). Fills n_clusters, spread, nonfinite (read too: a trajectory flagged on entry
-    is skipped) and P_final (first head).
+    initial_radius). Fills n_clusters, spread, log_boolean_defect, nonfinite (read too: a
+    trajectory flagged on entry is skipped) and P_final (first head).
     Steps run outer and trajectories inner, so each frame is computed once per time for the block.
     """
     z, nonfinite, p_final = out.z_final, out.nonfinite, out.P_final
@@ -176,7 +231,7 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
     if checkpoints[0] == 0:
         for r in range(ntraj):
             if not nonfinite[r]:
-                record(z[r], f0[0], thr[r], out, r, 0)
+                record(z[r], f0, beta, thr[r], out, r, 0, work)
         c = 1
     for step in range(layers):
         if scheme == DISCRETE:
@@ -197,7 +252,7 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
         if checkpoints[c] == step + 1:
             for r in range(ntraj):
                 if not nonfinite[r]:
-                    record(z[r], f1[0], thr[r], out, r, c)
+                    record(z[r], f1, beta, thr[r], out, r, c, work)
             c += 1
         copy_frame(f1, f0)
     # P(T) from z(T); a non-finite P (e.g. e^{TV} overflowed) also marks the trajectory
@@ -211,6 +266,7 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
             z[r] = np.nan
             out.n_clusters[r, nt - 1] = 0  # the missing values, over the last checkpoint
             out.spread[r, nt - 1] = np.nan
+            out.log_boolean_defect[r, nt - 1] = np.nan
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,8 +330,9 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
     (see module docstring). x0: or the (ntraj, n, d) starts, drawn before (`kernels/starts.py`);
     then init, box are not read. keep_values: also return "V", each trajectory's (H, d, d) values.
 
-    Returns {name: array} per `OUTPUTS`: n_clusters (ntraj, nt) int16, spread (ntraj, nt),
-    nonfinite (ntraj,), z_final (ntraj, n, d), P_final (ntraj, n, n).
+    Returns {name: array} per `OUTPUTS`: n_clusters (ntraj, nt) int16, spread and
+    log_boolean_defect (ntraj, nt), nonfinite (ntraj,), z_final (ntraj, n, d), P_final
+    (ntraj, n, n).
 
     >>> import numpy as np
     >>> rngs = [np.random.default_rng(s) for s in range(2)]

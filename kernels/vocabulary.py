@@ -114,6 +114,10 @@ EUCLIDEAN_FLOW_OUTPUTS = {
         True, "int16", "number of clusters of z (components of |z_i - z_j| <= eps * r0)", "1"
     ),
     "spread": OutputSpec(True, "float64", "largest token norm max_i |x_i|", "1"),
+    "log_boolean_defect": OutputSpec(
+        True, "float64", "log of the distance of P(t) to the Boolean set of [GLPR-E] Fig. 2: the "
+        "second largest over rows i of 1 - max_j P_ij (first head; -inf: Boolean)", "1"
+    ),
     "nonfinite": OutputSpec(False, "bool", "state became non-finite; integration stopped", "1"),
     "z_final": OutputSpec(False, "float64", "rescaled tokens z = exp(-TV) x at time T", "1"),
     "P_final": OutputSpec(False, "float64", "attention matrix P at time T", "1"),

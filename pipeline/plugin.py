@@ -79,6 +79,8 @@ CLOSED_FORMS = {
                       "on (V = -I: simplex, cross-polytope), or None",
     "hemisphere_probability": "(sweep, n, d) -> P(the start lies in an open hemisphere)",
     "geometry_claims": "(sweep, d) -> the statements a cell of the flow in R^d can be checked against",
+    "boolean_rate": "(sweep, cell) -> the slope of log(-log D(t)) against t at which P(t) turns Boolean "
+                    "(d = 1, [GLPR-E] Thm 2.1), or None",
 }
 
 

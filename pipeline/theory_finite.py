@@ -46,6 +46,12 @@ convergence, the T -> infinity limit and a long simulation through the real kern
 
 Start laws: a given rho_0 (cubic spline in xi), or independent uniform tokens, rho_0 with density
 proportional to (1 - r^2)^((d-3)/2), i.e. sech(y)^(d-1) in y (trapezoid rule on the grid).
+
+One solve serves every time up to its last: BDF's steps do not depend on the times it reports
+(`t_eval` reads its interpolant), so a time asked alone or among others gets the same value to
+~1e-16. A caller that will ask again at other times of the same horizon passes them all as
+`along` (`report_times`: the checkpoints and a dense grid): the solves are cached by the whole set,
+so the sections of one report (the table at T, the horizon curves, the dominant class) share one.
 """
 
 from __future__ import annotations
@@ -58,9 +64,11 @@ from scipy import integrate, interpolate, sparse, special, stats
 
 from .theory import _check_attention, _check_d
 
-__all__ = ["Outcomes", "stochastic_outcomes", "hybrid_outcomes", "RESOLUTION"]
+__all__ = ["Outcomes", "stochastic_outcomes", "hybrid_outcomes", "report_times", "RESOLUTION",
+           "DENSE_INTERVALS"]
 
 RESOLUTION = 48  # grid intervals between y = 0 and the band edge: ~1e-5 of the fine-grid values
+DENSE_INTERVALS = 80  # a report's theory curves: t = k T / 80
 _TOL = 1e-9  # bound on the probability that the cut at |y| = Y changes a value
 _Y_MIN = 25.0  # 2 e^(-25) < 1e-10: the tail mass of sech(y)^(d-1) / 2 beyond, d >= 2
 
@@ -146,7 +154,18 @@ def _operator(coefficients, xi, c):
     return sparse.diags([lower[1:], main, upper[:-1]], [-1, 0, 1], format="csc")
 
 
-@functools.lru_cache(maxsize=4096)
+def report_times(T: float, checkpoints=()) -> tuple:
+    """The times a report at horizon T asks for: k T / DENSE_INTERVALS (k = 1..) and the
+    checkpoints, sorted, once each (pass them as `along`: one solve then answers every section).
+
+    >>> len(report_times(10.0, [2.5, 10.0])), len(report_times(10.0, [3.1]))  # 2.5 is on the grid
+    (80, 81)
+    """
+    dense = np.linspace(0.0, float(T), DENSE_INTERVALS + 1)[1:]
+    return tuple(np.union1d(dense, np.asarray(checkpoints, float)).tolist())
+
+
+@functools.lru_cache(maxsize=1024)  # ~0.5 MB each when ~80 times are kept
 def _solve(coeff_key: tuple, times: tuple, eps: float, resolution: int):
     """(xi, c, u_-(xi, t), u_+(xi, t)) on the grid, one column per time."""
     kind, args = coeff_key[0], coeff_key[1:]
@@ -196,13 +215,13 @@ def _average(xi, c, u, d: int, rho0):
     return integrate.trapezoid(u * w[:, None], xi, axis=0) / integrate.trapezoid(w, xi)
 
 
-def _outcomes(key, t, eps, d, rho0, resolution):
+def _outcomes(key, t, eps, d, rho0, resolution, along=()):
     if not 0 < eps < 1:
         raise ValueError(f"eps={eps!r}: the classification threshold lies in (0, 1)")
     t = np.asarray(t, float)
     if np.any(t < 0) or not np.all(np.isfinite(t)):
         raise ValueError(f"t={t.tolist()!r}: times must be finite and >= 0")
-    times = tuple(sorted(set(np.atleast_1d(t).tolist())))
+    times = tuple(sorted(set(np.atleast_1d(t).tolist()) | set(np.asarray(along, float).ravel().tolist())))
     xi, c, u_minus, u_plus = _solve(key, times, float(eps), int(resolution))
     pos = np.searchsorted(times, np.atleast_1d(t))
     anti = _average(xi, c, u_minus, d, rho0)[pos].reshape(t.shape)
@@ -211,12 +230,13 @@ def _outcomes(key, t, eps, d, rho0, resolution):
 
 
 def stochastic_outcomes(t, beta: float, d: int, attention: str = "sa", eps: float = 1e-3,
-                        rho0=None, value_std: float = 1.0, resolution: int = RESOLUTION) -> Outcomes:
+                        rho0=None, value_std: float = 1.0, resolution: int = RESOLUTION,
+                        along=()) -> Outcomes:
     """Class probabilities at time(s) t of the two-token deep stochastic transformer (Q = K = I).
 
     Uniform start on S^(d-1), or the initial overlap rho0. Time in the model's units (h = T /
     layers); value_std s is a time change s^2 t. Converges to `theory.antipodal_probability` as
-    t -> infinity.
+    t -> infinity. along: further times solved with t (module docstring), not returned.
 
     >>> o = stochastic_outcomes([0.0, 20.0], 2.0, 3)  # at t = 0: P(|rho_0| >= 1 - eps) = eps
     >>> round(float(o.unresolved[0]), 3), round(float(o.antipodal[1]), 3)
@@ -228,15 +248,16 @@ def stochastic_outcomes(t, beta: float, d: int, attention: str = "sa", eps: floa
     if not value_std > 0:
         raise ValueError(f"value_std={value_std!r} must be > 0")
     key = ("stochastic", float(beta), d, attention, float(value_std))
-    return _outcomes(key, t, eps, d, rho0, resolution)
+    return _outcomes(key, t, eps, d, rho0, resolution, along)
 
 
 def hybrid_outcomes(t, beta: float, sigma: float, attention: str = "usa", d: int = 3,
-                    eps: float = 1e-3, rho0=None, resolution: int = RESOLUTION) -> Outcomes:
+                    eps: float = 1e-3, rho0=None, resolution: int = RESOLUTION, along=()) -> Outcomes:
     """Class probabilities at time(s) t of the two-token hybrid model ([F26] Prop. 1).
 
     sigma must be > 0: at sigma = 0 the overlap follows an ODE (no diffusion to solve). d enters
     through the uniform start law only. Converges to `theory.hybrid_antipodal_probability`.
+    along: further times solved with t (module docstring), not returned.
     """
     attention, d = _check_attention(attention), _check_d(d)
     if not np.isfinite(sigma) or sigma <= 0:
@@ -244,4 +265,4 @@ def hybrid_outcomes(t, beta: float, sigma: float, attention: str = "usa", d: int
     if not np.isfinite(beta) or beta < 0:
         raise ValueError(f"beta={beta!r} must be finite and >= 0")
     key = ("hybrid", float(beta), float(sigma), attention)
-    return _outcomes(key, t, eps, d, rho0, resolution)
+    return _outcomes(key, t, eps, d, rho0, resolution, along)

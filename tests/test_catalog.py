@@ -18,6 +18,8 @@ import pytest
 import yaml
 
 from tokensweep.flows.looking import _catalog_claims
+from tokensweep.pipeline.analysis.boolean_rate import window_size
+from tokensweep.pipeline.report.horizon import MAX_CELLS as HORIZON_CELLS
 from tokensweep.pipeline.scales import scales_of
 from tokensweep.pipeline.spec import load_sweep
 
@@ -83,13 +85,20 @@ def expected_sections(sweep) -> list[str]:
             out.append("## P(at least one antipodal pair)")
         if getattr(sweep.grid, "layers", None):
             out.append("## P(antipodal) against the step h")
-        if two_tokens and closed and len(sweep.time.checkpoint_layers) > 1 and sweep.model != "hybrid":
+        noisy = sweep.model != "hybrid" or any(s > 0 for s in sweep.grid.sigma)  # sigma = 0: an ODE
+        if two_tokens and closed and noisy and len(sweep.time.checkpoint_layers) > 1 and \
+                sweep.n_cells <= HORIZON_CELLS:
             out.append("## P(antipodal) over the checkpoints against the finite-T theory")
         if sweep.model == "hybrid" and len(sweep.grid.beta) > 1 and len(sweep.grid.sigma) > 1:
             out.append("## Dominant outcome over (beta, sigma)")
         return out
     if sweep.model == "euclidean_flow":
-        return ["## Geometry at T per cell"]
+        out = ["## Geometry at T per cell"]
+        if any(model.boolean_rate(sweep, {"beta": b, "d": d}) is not None
+               for b in sweep.grid.beta for d in sweep.grid.d) and \
+                window_size(sweep.time.checkpoint_times) >= 3:
+            out.append("## Boolean attention: the doubly exponential rate")
+        return out
     out = ["## Cluster counts"]
     if model.closed_form_attention(sweep):
         out.append("## Fraction of close pairs")

@@ -147,8 +147,8 @@ FAMILIES = {
 }
 FIGURES = {"sphere_flow": {"frac_close", "clusters", "classes"},
            "sphere_flow_equiangular": {"frac_close", "clusters", "equiangular", "classes"},
-           "euclidean_flow": {"clusters"}, "euclidean_flow_matrix": {"clusters"},
-           "hybrid": {"phase", "heatmap", "dominant", "classes"},
+           "euclidean_flow": {"clusters", "boolean_rate"}, "euclidean_flow_matrix": {"clusters"},
+           "hybrid": {"phase", "horizon", "heatmap", "dominant", "classes"},
            "stochastic_n_gt_2": {"phase", "horizon", "any_antipodal", "persistence", "classes"}}
 
 
@@ -194,6 +194,7 @@ def test_euclidean_reduction_skips_nonfinite_trajectories():
     z[1], P[1] = np.nan, np.nan
     out = reduce_final_states(sweep, {"beta": 1.0, "d": 2, "n": 5}, {
         "n_clusters": np.ones((2, 3), np.int16), "spread": np.ones((2, 3)),
+        "log_boolean_defect": np.full((2, 3), -1.0),
         "nonfinite": np.array([False, True]), "z_final": z, "P_final": P})
     assert set(out) == set(get_model("euclidean_flow").outputs)
     assert out["attention_rank"].tolist() == [1, 0] and np.isnan(out["booleanness"][1])

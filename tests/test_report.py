@@ -99,7 +99,8 @@ def test_hybrid_report_has_heatmap(tmp_path):
     ds = synthetic_cube("hybrid", "usa", sigma=[0.3, 0.6, 0.9, 1.2, 1.5], n_traj=60)
     ds.to_zarr(tmp_path / "h.zarr", consolidated=False)
     paths = report.write_report(xr.open_zarr(tmp_path / "h.zarr", consolidated=False), tmp_path / "out")
-    assert set(paths) == {"report", "html", "summary", "phase", "heatmap", "dominant", "classes"}
+    assert set(paths) == {"report", "html", "summary", "phase", "horizon", "heatmap", "dominant",
+                          "classes"}
     image = matplotlib.image.imread(paths["heatmap"])
     assert image.ndim == 3 and image.shape[0] > 100 and image[..., :3].std() > 0.05
     text = open(paths["report"]).read()

@@ -60,6 +60,53 @@ def test_finite_time_outcomes_take_an_array_of_times(horizon):
         np.testing.assert_allclose(together[..., k], form(cells, float(t)), rtol=0, atol=1e-7)
 
 
+# -- the hybrid model: the same section, its own backward equation -------------------------------
+
+# The hybrid's O(h) bias, measured against the theory (4000 trajectories per h, USA, d = 3): it is
+# largest where P(antipodal at t) rises steeply and sigma^2 h (e^beta / 2)^2 is large, beta = sigma
+# = 1.5 at t = 2.5: 0.2032 at h = 0.00125, 0.1635 at h = 0.000625 against 0.1532, ~40 h; beta = 1.5,
+# sigma = 1 at t = 10: 0.534 at h = 0.0025, 0.500 at h = 0.00125 against 0.451, ~27 h. At h = 0.001:
+H_BIAS_HYBRID = 0.04
+
+
+@pytest.fixture(scope="module")
+def hybrid_horizon(tmp_path_factory):
+    spec = entry("fedorov2026-hybrid-horizon",
+                 time={"T": 10.0, "layers": 10000, "checkpoints": [2.5, 5.0, 10.0]})
+    return cube_and_report(spec, tmp_path_factory.mktemp("hybrid_horizon"))
+
+
+def test_hybrid_each_checkpoint_against_its_backward_equation(hybrid_horizon):
+    """The catalog entry at T = 10: every (cell, t) against `theory_finite.hybrid_outcomes`, where
+    the T = infinity closed form (0 or 1 for USA) would be wrong by up to 0.5."""
+    from tokensweep.pipeline import theory
+
+    sweep, store, paths = hybrid_horizon
+    assert Path(paths["horizon"]).stat().st_size > 1000
+    with open_cube(store) as ds:
+        table = horizon_table(ds)
+    for beta in (0.5, 1.5):
+        for sigma in (1.0, 1.5):
+            cell = table.sel(beta=beta, sigma=sigma).squeeze()
+            expected = theory_finite.hybrid_outcomes(cell.t.values, beta, sigma, "usa", 3, sweep.eps)
+            np.testing.assert_allclose(cell.theory_t.values, expected.antipodal, rtol=1e-12)
+            np.testing.assert_allclose(cell.unresolved_t.values, expected.unresolved, rtol=1e-12)
+            # sampling (99.9 % Wilson, 12 (cell, t) pairs) plus the measured O(h) bias
+            lo, hi = wilson_interval(cell.n_antipodal.values, cell.n_traj.values, 0.999)
+            assert np.all((lo - H_BIAS_HYBRID <= cell.theory_t.values)
+                          & (cell.theory_t.values <= hi + H_BIAS_HYBRID)), cell
+            lo, hi = wilson_interval(cell.n_unresolved.values, cell.n_traj.values, 0.999)
+            assert np.all((lo - H_BIAS_HYBRID <= cell.unresolved_t.values)
+                          & (cell.unresolved_t.values <= hi + H_BIAS_HYBRID)), cell
+    # beta = 1.5, sigma = 1 at t = 10: half the pairs unresolved, the T = infinity form says 1
+    cell = table.sel(beta=1.5, sigma=1.0, t=10.0).squeeze()
+    assert float(theory.hybrid_antipodal_probability(1.5, 1.0, "usa", 3)) == 1.0
+    assert 0.3 < float(cell.theory_t) < 0.6 and float(cell.hi) < 0.9
+    rows = table_rows(section(paths, "## P(antipodal) over the checkpoints against the finite-T theory"))
+    assert [r[0] for r in rows[:3]] == ["2.5", "5", "10"]
+    assert len(rows) == 3 + 1 + 12 and all(r[-1] in ("yes", "no") for r in rows[4:])
+
+
 # -- [F26] Fig. 4: the dominant outcome over (beta, sigma) ---------------------------------------
 
 def test_dominant_outcome_is_the_theory_phase_away_from_the_boundary(tmp_path):

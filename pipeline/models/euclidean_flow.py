@@ -236,10 +236,24 @@ class EuclideanFlow(Model):
             claims.append("P(T) Boolean, rank <= 3")
         return "; ".join(claims)
 
-    def sections(self, sweep):
-        from ..report import geometry  # here, not above: workers never draw (matplotlib, scipy.stats)
+    def boolean_rate(self, sweep, cell: dict) -> float | None:
+        """The slope of log(-log D(t)) against t once P(t) has locked ([GLPR-E] Thm 2.1:
+        `analysis.boolean_rate`): d = 1, one head, V > 0 and beta Q K > 0 given (not drawn);
+        V for the flow (RK4), the scheme's own rate for Euler and the discrete transformer."""
+        from ..analysis.boolean_rate import predicted_slope
 
-        return [geometry.geometry_section]
+        drawn = sweep.V in vocabulary.EUCLIDEAN_VALUE_ENSEMBLES
+        if int(cell.get("d", 0)) != 1 or sweep.heads != 1 or drawn:
+            return None
+        V, Q, K = (float(head_arrays(m, 1, 1)[0, 0, 0]) for m in (sweep.V, sweep.Q, sweep.K))
+        if not (V > 0 and float(cell.get("beta", 1.0)) * Q * K > 0):
+            return None
+        return predicted_slope(V, sweep.time.h, sweep.integrator)
+
+    def sections(self, sweep):
+        from ..report import boolean_rate, geometry  # here, not above: workers never draw
+
+        return [geometry.geometry_section, boolean_rate.boolean_rate_section]
 
 
 model = EuclideanFlow()

@@ -90,6 +90,8 @@ class Hybrid(Model):
         sigma = np.broadcast_to(np.asarray(cells.get("sigma", np.nan), float), beta.shape)
         rho0 = initial_overlap(sweep, cells, beta.shape)
         t = np.asarray(t, float)  # a scalar, or an array of times: one solve for all
+        # every section of a report asks within these: one solve per cell serves them all
+        along = theory_finite.report_times(sweep.time.T, sweep.time.checkpoint_times)
         out = np.full((3, *beta.shape, *t.shape), np.nan)
         if sweep.attention in CLOSED_FORM_ATTENTIONS:
             for idx in zip(*np.nonzero(mask & (sigma > 0))):
@@ -97,7 +99,7 @@ class Hybrid(Model):
                 if given is None or np.isfinite(given):
                     out[(slice(None), *idx)] = theory_finite.hybrid_outcomes(
                         t, float(beta[idx]), float(sigma[idx]), sweep.attention, int(d[idx]),
-                        sweep.eps, given)
+                        sweep.eps, given, along=along)
         return out
 
     def threshold_curves(self, sweep, beta: np.ndarray) -> list:
@@ -111,10 +113,10 @@ class Hybrid(Model):
         return [("σ_lo(β) = sqrt(1 + e^-2β)", "w--", lo), ("σ_hi = sqrt(2)", "w-", hi)]
 
     def sections(self, sweep):
-        from ..report import antipodal, dominant  # here, not above: workers never draw (matplotlib, scipy.stats)
+        from ..report import antipodal, dominant, horizon  # here, not above: workers never draw
 
-        return [antipodal.probability_section, antipodal.heatmap_section, dominant.dominant_section,
-                antipodal.any_pair_section]
+        return [antipodal.probability_section, horizon.horizon_section, antipodal.heatmap_section,
+                dominant.dominant_section, antipodal.any_pair_section]
 
 
 model = Hybrid()

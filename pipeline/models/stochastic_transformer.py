@@ -188,6 +188,8 @@ class StochasticTransformer(Model):
         beta, d, _, mask = two_token_cells(cells)
         rho0 = initial_overlap(sweep, cells, beta.shape)
         t = np.asarray(t, float)  # a scalar, or an array of times: one solve for all
+        # every section of a report asks within these: one solve per cell serves them all
+        along = theory_finite.report_times(sweep.time.T, sweep.time.checkpoint_times)
         out = np.full((3, *beta.shape, *t.shape), np.nan)
         if sweep.attention in CLOSED_FORM_ATTENTIONS and sweep.closed_form_applies:
             for idx in zip(*np.nonzero(mask)):
@@ -195,7 +197,7 @@ class StochasticTransformer(Model):
                 if given is None or np.isfinite(given):
                     out[(slice(None), *idx)] = theory_finite.stochastic_outcomes(
                         t, float(beta[idx]), int(d[idx]), sweep.attention, sweep.eps, given,
-                        sweep.value_std)
+                        sweep.value_std, along=along)
         return out
 
     def critical_beta(self, sweep, d) -> float:

@@ -10,8 +10,10 @@ model's O(h) allowance (as the main table), sum z_t^2 with its p-value, and the 
 measured and predicted. The checkpoints of one trajectory are not independent, so the chi-square is
 per checkpoint, never pooled over t.
 
-One solve per cell covers every time, so the cost is a fraction of a second per cell; cubes with
-more than `MAX_CELLS` cells get one line instead (their last checkpoint is in the main table).
+One solve per cell covers every time, and it is the one the main table at T already made (the
+model passes `theory_finite.report_times` along with every request), so the section costs little
+beyond it; cubes with more than `MAX_CELLS` cells get one line instead (their last checkpoint is in
+the main table).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 import xarray as xr
 from scipy import stats
 
+from .. import theory_finite
 from ..analysis.antipodal import agrees, antipodal_table
 from ..analysis.stats import cells_of, closed_form
 from ..plugin import Part, ReportInput
@@ -31,10 +34,9 @@ __all__ = ["horizon_section", "horizon_table", "MAX_CELLS", "MAX_ROWS"]
 
 MAX_CELLS = 64  # cells solved for (each a backward-equation solve, ~0.1 s)
 MAX_ROWS = 60  # (cell, checkpoint) rows listed one by one
-N_TIMES = 80  # times of the dense theory curve
 
 
-def horizon_table(ds: xr.Dataset, level: float = 0.95, dense: int = N_TIMES) -> xr.Dataset | None:
+def horizon_table(ds: xr.Dataset, level: float = 0.95) -> xr.Dataset | None:
     """Counts, p, Wilson interval, theory_t, unresolved_t and z_t per (cell, checkpoint); the dense
     theory in `curve_antipodal` / `curve_unresolved` over `t_dense`. None where n/a."""
     form = closed_form(ds, "finite_time_outcomes")
@@ -47,7 +49,8 @@ def horizon_table(ds: xr.Dataset, level: float = 0.95, dense: int = N_TIMES) -> 
     dims = row_order([d for d in table.n_traj.dims if d != "t"])
     table = table.transpose(*dims, "t")
     first = table.n_traj.isel(t=0, drop=True)
-    t_dense = np.union1d(np.linspace(0.0, times.max(), dense)[1:], times)
+    # the model's own solve covers these (theory_finite.report_times): no second solve per cell
+    t_dense = np.asarray(theory_finite.report_times(times.max(), times))
     probs = np.asarray(form(cells_of(table, dims, first), t_dense), float)  # (3, cells..., t_dense)
     if not np.isfinite(probs).any():
         return None
