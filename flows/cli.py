@@ -28,8 +28,8 @@ import typer
 
 from ..pipeline import location
 from ..pipeline.spec import SpecError, load_sweep, read_spec
-from ..pipeline.store import DONE, FAILED, StoreError, spec_differences, stored_sweep, \
-    NEW_STORE_HINT, read_status
+from ..pipeline.store import (DONE, FAILED, NEW_STORE_HINT, StoreError, read_status,
+                              refuse_missing_outputs, spec_differences, stored_sweep)
 from .options import (AccountOpt, ClusterOpt, CoresOpt, JobsOpt, MemoryOpt, PartitionOpt,
                       ProfileOpt, ProgressOpt, QueueOpt, QuietOpt, ScaleOpt, SchedulerFileOpt,
                       SchedulerOpt, SpecArg, StoreArg, StoreOpt, VerboseOpt, WalltimeOpt, WorkersOpt)
@@ -108,6 +108,7 @@ def resolve_run(spec_path: str, store: Optional[str], partition_traj: Optional[i
 
             refuse_remote(path, growth(old, sweep, path))
         read_status(path)  # a damaged store is refused here, before any flow starts
+        refuse_missing_outputs(sweep, path)
     if check_lock:
         _refuse_if_locked(path)
     return sweep

@@ -346,6 +346,26 @@ def growth(old: SweepBase, new: SweepBase, path: str | Path = "the store") -> li
     return added
 
 
+def refuse_missing_outputs(sweep: SweepBase, path: str | Path) -> None:
+    """Refuses a store written before its model recorded an output it records now (a new
+    observable of a later tokensweep): resumed, its done partitions would never get it."""
+    from .models import get_model
+    from .recording import declared_outputs
+
+    try:
+        with xr.open_zarr(location.zarr_store(path, read_only=True),
+                          consolidated=location.consolidated(path), chunks=None) as ds:
+            stored = set(ds.data_vars)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{path}: unreadable store ({type(err).__name__}: {err}): "
+                         f"{DAMAGED_HINT}") from None
+    missing = sorted(set(declared_outputs(get_model(sweep.model), sweep)) - stored)
+    if missing:
+        raise StoreError(f"{path} was written by an earlier tokensweep: it lacks "
+                         f"{', '.join(missing)}, which {sweep.model} records now; give a new "
+                         "--store (this one stays readable with `tokensweep.open`)")
+
+
 def prepare_store(sweep: SweepBase, path: str | Path) -> str:
     """Create the store, resume it (it holds this spec) or grow it (`sweep` only adds to it).
 
@@ -357,6 +377,7 @@ def prepare_store(sweep: SweepBase, path: str | Path) -> str:
 
     if location.is_remote(path):  # never grown (`grow.refuse_remote`), so nothing to recover
         if location.holds_anything(path):
+            refuse_missing_outputs(sweep, path)
             grow_store(sweep, path)  # refuses a different spec, and any growth
             return "resumed"
         create_store(sweep, path)
@@ -365,6 +386,7 @@ def prepare_store(sweep: SweepBase, path: str | Path) -> str:
     recover(path)
     if path.exists() and any(path.iterdir()):
         growth(stored_sweep(path), sweep, path)  # refuses before anything is written
+        refuse_missing_outputs(sweep, path)
         return "grown" if grow_store(sweep, path) else "resumed"
     create_store(sweep, path)
     return "created"

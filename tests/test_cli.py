@@ -264,3 +264,30 @@ def test_ctrl_c_inside_a_pydantic_serializer_counts_as_ctrl_c():
         wrapped = err
     assert type(wrapped).__name__ == "PydanticSerializationError" and _interrupted(wrapped)
     assert _interrupted(KeyboardInterrupt()) and not _interrupted(ValueError("KeyboardInterrupt"))
+
+
+def test_a_store_lacking_an_output_the_model_records_now_is_refused(tmp_path):
+    """A store written before its model recorded an output (here the R^d flow's
+    log_boolean_defect, which a later tokensweep added) is refused, not resumed with that output
+    missing for its done partitions: exit 2, one line naming it, the store untouched."""
+    import shutil
+
+    import zarr
+
+    from tokensweep.pipeline.store import create_store, prepare_store
+
+    spec = {"name": "older", "model": "euclidean_flow", "grid": {"beta": 1.0, "d": 1, "n": 4},
+            "time": {"T": 1.0, "layers": 10, "checkpoints": 2}, "trajectories": 2}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    store = tmp_path / "older.zarr"
+    sweep = load_sweep(str(tmp_path / "spec.yaml"), store=str(store))
+    create_store(sweep, store)
+    shutil.rmtree(store / "log_boolean_defect")  # as the earlier tokensweep wrote it
+    zarr.consolidate_metadata(str(store))
+    before = snapshot(store)
+    result = tokensweep("run", "spec.yaml", "--store", store, cwd=tmp_path)
+    assert_one_error_line(result, "older.zarr was written by an earlier tokensweep",
+                          "lacks log_boolean_defect", "give a new --store")
+    assert snapshot(store) == before
+    with pytest.raises(StoreError, match="lacks log_boolean_defect"):  # the API's path too
+        prepare_store(sweep, store)
