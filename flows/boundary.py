@@ -3,7 +3,7 @@ the sweep flow.
 
 Every round of the search is one run of the Prefect ``sweep`` flow (`run.run_sweep`) that grows the
 store of one value of the other axes; all rounds share one local Dask cluster, started here once
-(a cluster per round would cost seconds each). Stores: ``NAME.boundary/<cell>.zarr`` beside the
+(a cluster per round would cost seconds each). Stores: ``NAME.boundary/<cell>-N<count>.zarr`` beside the
 spec's store (or under --store); at the end ``boundary.md`` / ``boundary.html`` there give each
 cell's interval and cost against a dense grid (`pipeline/report/boundary.py`). Interrupted, the same command resumes: the search replays its
 looks on what the stores hold and computes only what is missing.

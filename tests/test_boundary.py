@@ -128,13 +128,13 @@ def test_real_search_covers_the_closed_form_and_resumes(prefect_server, cli, wri
     assert found["low"] <= crossing(LEVEL + H_BIAS) and found["high"] >= crossing(LEVEL - H_BIAS)
     assert found["trajectories"] >= 2 * 200
 
-    # interrupted once its store has grown past the first round, then run again
-    store = tmp_path / "cut" / f"d{D}-n2.zarr"
+    # interrupted once it looks at more trajectories than the first rounds, then run again
     command = [TOKENSWEEP, "boundary", str(spec), *ARGS, "--store", str(tmp_path / "cut")]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
-        if stored_trajectories(store) > SPEC["trajectories"]:  # grown: a round is done
+        stores = (tmp_path / "cut").glob(f"d{D}-n2-N*.zarr")  # one store per trajectory count
+        if max(map(stored_trajectories, stores), default=0) > SPEC["trajectories"]:
             break
         time.sleep(0.5)
     assert proc.poll() is None, "the search ended before it could be interrupted"
@@ -184,6 +184,18 @@ def test_sigma_search_of_the_hybrid_model_and_its_page(tmp_path):
     assert found.status == "ok" and found.high - found.low <= 0.3
     assert found.coords == {"beta": 1.0, "d": 3, "n": 2}
     assert found.low <= crossing_at_T(0.5 + HYBRID_ALLOWANCE) and found.high >= crossing_at_T(0.5 - HYBRID_ALLOWANCE)
+
+    # one store per trajectory count looked at: each point computed only at the counts it was
+    # looked at, and the cost is what those stores hold
+    from tokensweep.pipeline.boundary import cell_tag
+    from tokensweep.pipeline.store import stored_sweep
+    stores = {path.name: stored_sweep(path)
+              for path in (tmp_path / "search").glob(f"{cell_tag(found.coords)}-N*.zarr")}
+    assert all(name.endswith(f"-N{s.trajectories}.zarr") for name, s in stores.items())
+    assert found.trajectories == sum(len(s.axes["sigma"]) * s.trajectories for s in stores.values())
+    assert max(s.trajectories for s in stores.values()) == found.max_n
+    points = set().union(*(s.axes["sigma"] for s in stores.values()))
+    assert len(stores) == 1 or found.trajectories < len(points) * found.max_n
 
     paths = write_boundary_report([found], sweep, design, "sigma", "antipodal", tmp_path / "search")
     text = open(paths["report"]).read()
