@@ -69,7 +69,8 @@ def write_boundary_report(results, sweep, design, axis: str, outcome: str, folde
         f"- **model**: {sweep.model}" + (f" ({sweep.attention})" if getattr(sweep, "attention", None) else ""),
         f"- **T**: {sweep.time.T:g}, layers {sweep.time.layers}, seed {sweep.seed}", "",
         "## Intervals and cost against a dense grid", "",
-        f"Trajectories: every trajectory the cell's stores computed (one store per trajectory count, points x count). Dense grid: "
+        "Trajectories: every trajectory the cell's stores computed (one store per trajectory "
+        f"count, points x count). Dense grid: "
         f"{points} points of spacing {design.width:g}, each at the search's final N (max N), the N that "
         "decides the two grid points next to the crossing: (ceil(range / width) + 1) x max N "
         "(module docstring; benchmarks/bench_boundary.py measures it for real).", "",
