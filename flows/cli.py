@@ -158,13 +158,13 @@ def _batch(cluster, profile, workers, scheduler, **given):
 
     try:
         batch = resolve_options(cluster, profile, **given)
-        if batch is not None:
+        if batch is not None and (workers is not None or scheduler is not None):
+            _fail(f"--cluster {batch.kind} starts its own workers: leave out --workers, "
+                  "--scheduler and --scheduler-file (use --jobs and --cores)")
+        if batch is not None:  # the command line first, then this machine: can it submit?
             check_submit_command(batch)
     except JobqueueError as err:
         _fail(str(err))
-    if batch is not None and (workers is not None or scheduler is not None):
-        _fail(f"--cluster {batch.kind} starts its own workers: leave out --workers, --scheduler "
-              "and --scheduler-file (use --jobs and --cores)")
     return batch
 
 
