@@ -10,7 +10,8 @@
 * parts: each piece on its own, in a fresh process: the CLI's imports, the flow's imports
   (Prefect), a worker's imports and its first partition (numba loading the cached kernels), a
   2-worker LocalCluster's start and close, the report of the tiny cube.
-* speedup: a ~30-second sweep (8 equal partitions) end to end on 1 and on 2 local workers, start-up
+* speedup: a sweep of ~30 s of kernel (8 equal partitions, its layers calibrated on this machine) end
+  to end on 1 and on 2 local workers, start-up
   included. Target: >= 1.7x.
 * warm: tiny and the 30-second sweep on a warm cluster (`tokensweep cluster start`) of 1, then 2
   workers: no worker start-up nor close in the sweep.
@@ -43,7 +44,7 @@ FOLDER = Path(tempfile.mkdtemp(prefix="bench-startup-"))
 TINY = {"name": "tiny", "model": "stochastic_transformer", "attention": "sa",
         "grid": {"beta": [1.0], "d": [3], "n": 2}, "time": {"T": 1.0, "layers": 100, "checkpoints": 1},
         "trajectories": 1, "seed": 1}
-# 8 partitions of ~3.5 s each on one worker: ~30 s of kernel in all
+# 8 equal partitions; `calibrated` sets the layers for ~30 s of kernel in all on this machine
 THIRTY = {"name": "thirty", "model": "stochastic_transformer", "attention": "sa",
           "grid": {"beta": [0.5, 1.0, 1.5, 2.0], "d": 3, "n": 2},
           "time": {"T": 2.0, "layers": 2_000_000, "checkpoints": 2}, "trajectories": 8,
@@ -176,12 +177,31 @@ def partition_spans(store: Path) -> tuple[float, float, float]:
     return float((finished - started).sum()), float(started.min()), float(finished.max())
 
 
+def calibrated(spec: dict, seconds: float = 30.0) -> dict:
+    """`spec` with as many layers as make its partitions' kernels take `seconds` in all here."""
+    from tokensweep.pipeline.execute import simulate_partition
+    from tokensweep.pipeline.plan import Plan
+    from tokensweep.pipeline.spec import parse_sweep
+
+    probe = {**spec, "time": {**spec["time"], "layers": 200_000}, "store": str(FOLDER / "probe.zarr")}
+    sweep = parse_sweep(probe)
+    plan = Plan(sweep)
+    simulate_partition(sweep, plan[0])  # numba's cache, once
+    t0 = time.perf_counter()
+    simulate_partition(sweep, plan[0])
+    per_partition = time.perf_counter() - t0
+    layers = int(200_000 * seconds / (per_partition * len(plan)) / 1000) * 1000
+    return {**spec, "time": {**spec["time"], "layers": layers}}
+
+
 def speedup() -> None:
     """Besides the two walls: the partitions' summed spans (kernel + write) and the fixed part
     (wall minus first start..last finish). Spans longer on 2 workers than on 1 mean the two
     did not get two cores (the machine's other load, the flow's process, the Prefect server):
     then no start-up cut reaches 2x; `cores used` = summed spans / (last finish - first start)."""
-    spec, walls = write_spec(THIRTY, "thirty"), {}
+    thirty = calibrated(THIRTY)
+    spec, walls = write_spec(thirty, "thirty"), {}
+    print(f"speedup: {thirty['time']['layers']:,} layers: ~30 s of kernel on one core")
     run_cli(write_spec(TINY, "warm"), FOLDER / "warm.zarr")
     for workers in (1, 2):
         store = FOLDER / f"thirty-{workers}.zarr"
@@ -201,7 +221,7 @@ def warm() -> None:
     env = {"PREFECT_API_URL": ensure_server(), "TOKENSWEEP_HOME": str(FOLDER / "home")}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
-    tiny_spec, spec, walls = write_spec(TINY, "tiny-warm"), write_spec(THIRTY, "thirty-warm"), {}
+    tiny_spec, spec, walls = write_spec(TINY, "tiny-warm"), write_spec(calibrated(THIRTY), "thirty-warm"), {}
     try:
         for workers in (1, 2):
             subprocess.run([*tokensweep(), "cluster", "start", "--workers", str(workers)], check=True,

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
+from . import forkserver
 from .server import ensure_server
 
 SCHEDULER_HINT = ("start one with `dask scheduler --scheduler-file FILE` (see docs/cluster.md), "
@@ -78,12 +79,15 @@ def local_cluster_kwargs(workers: int | None = None, preload: bool = True) -> di
 
 
 def start_local_cluster(workers: int | None = None, preload: bool = True):
-    """A LocalCluster of `workers` single-threaded worker processes, returned once all are up."""
+    """A LocalCluster of `workers` single-threaded worker processes, returned once all are up;
+    forked from this process's forkserver where one runs (`forkserver.py`), else spawned. A
+    worker the nanny restarts later (one that died) is spawned."""
     import dask
     from distributed import LocalCluster
 
     dask.config.set(LOCAL_CLUSTER_CONFIG)
-    return LocalCluster(**local_cluster_kwargs(workers, preload))
+    with dask.config.set({"distributed.worker.multiprocessing-method": forkserver.start_method()}):
+        return LocalCluster(**local_cluster_kwargs(workers, preload))
 
 
 def task_runner(workers: int | None = None, scheduler: str | None = None):
@@ -117,6 +121,7 @@ def early_task_runner(workers: int | None, spec: dict, store: str):
         return
     from prefect_dask import DaskTaskRunner
 
+    forkserver.start([WORKER_PRELOAD])  # imports for the workers, beside this process's own
     global _starting
     with ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as pool:
         workers = min(workers or os.cpu_count() or 1, pending)
