@@ -255,9 +255,11 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
         if scheduler is None and batch is None and _kernels_cold():
             typer.echo("compiling kernels (first run only): the first partitions take ~30 s more")
     try:
-        from .run import run_sweep
+        from .run import IN_PROCESS_PARTITIONS, run_sweep, start_worker_imports
 
         with _logs_to(log, verbose), batch_cluster(batch, todo, sweep) as address:
+            if scheduler is None and batch is None and todo > IN_PROCESS_PARTITIONS:
+                start_worker_imports()  # a local cluster: its workers import beside this process
             summary = run_sweep(sweep.model_dump(mode="json"), sweep.store, workers=workers,
                                 scheduler=address or scheduler, failed_only=failed_only,
                                 progress=progress and not quiet and not verbose)

@@ -7,10 +7,12 @@ them once instead, in a process of its own started as soon as a run knows it nee
 cluster, and each worker is then a fork of it (milliseconds).
 
 A forked worker inherits the forkserver's environment, not its parent's at the time of the
-fork, and Prefect reads its settings when it is imported. So the variables distributed's nanny
-exports for its workers are exported before the forkserver starts, and workers are forked only
-while `os.environ` is the one the forkserver started with; a process that has changed it since
-(a test, a notebook that set PREFECT_API_URL) gets spawned workers, as without this module.
+fork. So the variables distributed's nanny exports for its workers are exported before the
+forkserver starts; Prefect's variables set since (the run's PREFECT_API_URL, known only once
+the server answers) are handed to each fork by its nanny, and the worker reads Prefect's
+settings again (`preload.dask_setup`); any other change to `os.environ` since (a test's, a
+library's) could come too late for a module that read it on import, so then workers are
+spawned and import for themselves, as without this module.
 """
 
 from __future__ import annotations
@@ -47,11 +49,15 @@ def _nanny_environ() -> dict[str, str]:
     return env
 
 
-def start_method() -> str:
-    """How to start a local worker now: "forkserver" while the environment is the one the
-    forkserver was started with, else "spawn" (distributed's default)."""
+def worker_start() -> tuple[str, dict[str, str]]:
+    """How to start a local worker now, and what its nanny must export in it: ("forkserver",
+    the PREFECT_* variables set or changed since the forkserver started), or ("spawn", {})
+    (distributed's default) without a forkserver or after any other change."""
     if _environment is None:
-        return "spawn"
+        return "spawn", {}
     now = {k: v for k, v in os.environ.items() if k != "__DASK_PARENT_PID"}  # distributed's, per cluster
     was = {k: v for k, v in _environment.items() if k != "__DASK_PARENT_PID"}
-    return "forkserver" if now == was else "spawn"
+    changed = {k: v for k, v in now.items() if was.get(k) != v}
+    if set(was) - set(now) or any(not k.startswith("PREFECT_") for k in changed):
+        return "spawn", {}
+    return "forkserver", changed

@@ -78,6 +78,15 @@ def local_cluster_kwargs(workers: int | None = None, preload: bool = True) -> di
     }
 
 
+def start_worker_imports() -> None:
+    """Start the forkserver local workers will fork from, importing what they need
+    (`forkserver.py`): as soon as a run knows it will start a local cluster, before it imports
+    Prefect and asks for its server. The thread caps come first: numba reads its own on import."""
+    cap_threads()
+    # "__main__": the command's own module too, which each fork would otherwise import again
+    forkserver.start(["__main__", WORKER_PRELOAD])
+
+
 def start_local_cluster(workers: int | None = None, preload: bool = True):
     """A LocalCluster of `workers` single-threaded worker processes, returned once all are up;
     forked from this process's forkserver where one runs (`forkserver.py`), else spawned. A
@@ -86,8 +95,9 @@ def start_local_cluster(workers: int | None = None, preload: bool = True):
     from distributed import LocalCluster
 
     dask.config.set(LOCAL_CLUSTER_CONFIG)
-    with dask.config.set({"distributed.worker.multiprocessing-method": forkserver.start_method()}):
-        return LocalCluster(**local_cluster_kwargs(workers, preload))
+    method, env = forkserver.worker_start()
+    with dask.config.set({"distributed.worker.multiprocessing-method": method}):
+        return LocalCluster(**local_cluster_kwargs(workers, preload), env=env)
 
 
 def task_runner(workers: int | None = None, scheduler: str | None = None):
@@ -121,7 +131,7 @@ def early_task_runner(workers: int | None, spec: dict, store: str):
         return
     from prefect_dask import DaskTaskRunner
 
-    forkserver.start([WORKER_PRELOAD])  # imports for the workers, beside this process's own
+    start_worker_imports()  # if the CLI has not already
     global _starting
     with ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as pool:
         workers = min(workers or os.cpu_count() or 1, pending)
@@ -195,13 +205,17 @@ def point_workers_at(scheduler: str, env: dict[str, str]) -> None:
         client.register_plugin(WorkerEnvironment(env))
 
 
+def cap_threads() -> None:
+    """One partition per single-threaded worker process: threads inside a kernel (numba or the
+    BLAS behind its np.dot) would only oversubscribe the cores. Local workers inherit these."""
+    for key in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(key, "1")
+
+
 def prepare_environment(scheduler: str | None) -> str:
     """One Prefect API for the flow and its workers; returns its URL."""
     api_url = ensure_server()
-    # One partition per single-threaded worker process: threads inside a kernel (numba or the
-    # BLAS behind its np.dot) would only oversubscribe the cores. Local workers inherit these.
-    for key in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(key, "1")
+    cap_threads()
     if scheduler:
         point_workers_at(scheduler, {k: os.environ[k] for k in WORKER_ENV_KEYS if k in os.environ})
     return api_url

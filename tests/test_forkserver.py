@@ -16,26 +16,38 @@ SCRIPT = textwrap.dedent("""
     from tokensweep.flows import forkserver
     from tokensweep.flows.run import WORKER_PRELOAD, start_local_cluster
 
-    before = forkserver.start_method()
+    def seen_on_worker():
+        from prefect.settings import get_current_settings
+        return {"api": str(get_current_settings().api.url),
+                "imported": "tokensweep.pipeline.execute" in sys.modules}
+
+    os.environ.pop("PREFECT_API_URL", None)
+    before = forkserver.worker_start()
     forkserver.start([WORKER_PRELOAD])
+    # known only after the forkserver imported Prefect: the run's server answers later
+    os.environ["PREFECT_API_URL"] = "http://127.0.0.1:9/api"
+    method, env = forkserver.worker_start()
     with start_local_cluster(2) as cluster, Client(cluster) as client:
         parents = sorted(set(client.run(os.getppid).values()))
-        imported = all(client.run(lambda: "tokensweep.pipeline.execute" in sys.modules).values())
+        workers = list(client.run(seen_on_worker).values())
     server = stdlib_forkserver._forkserver._forkserver_pid
-    unchanged = forkserver.start_method()
     os.environ["TOKENSWEEP_TEST_CHANGED"] = "1"
-    changed = forkserver.start_method()
-    print(json.dumps({"before": before, "parents": parents, "server": server,
-                      "imported": imported, "unchanged": unchanged, "changed": changed}))
+    changed = forkserver.worker_start()
+    print(json.dumps({"before": before, "method": method, "env": env, "parents": parents,
+                      "server": server, "workers": workers, "changed": changed}))
 """)
 
 
-def test_local_workers_are_forks_of_one_forkserver_only_while_the_environment_is_unchanged():
+def test_local_workers_are_forks_of_one_forkserver_and_get_the_prefect_api_set_after_it():
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["before"] == "spawn"  # no forkserver yet
+    assert seen["before"] == ["spawn", {}]  # no forkserver yet
+    assert seen["method"] == "forkserver"
+    assert seen["env"] == {"PREFECT_API_URL": "http://127.0.0.1:9/api"}  # the nanny exports it
     assert seen["parents"] == [seen["server"]]  # both workers forked by it
-    assert seen["imported"]  # the pipeline came with the fork
-    assert seen["unchanged"] == "forkserver"
-    assert seen["changed"] == "spawn"  # a fork would not see the new variable
+    for worker in seen["workers"]:
+        assert worker["imported"]  # the pipeline came with the fork
+        assert worker["api"] == "http://127.0.0.1:9/api"  # Prefect's settings read again
+    # a change that a module may have read on import in the forkserver: spawn instead
+    assert seen["changed"] == ["spawn", {}]

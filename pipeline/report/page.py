@@ -83,6 +83,11 @@ def _spec_facts(sweep, names) -> tuple:
     return tuple((k, values[k]) for k in names if values.get(k) not in (None, ""))
 
 
+# A cube up to this size is read into memory before the report (the caller's stays lazy); a larger
+# one is read section by section, through dask
+IN_MEMORY_BYTES = 512 * 2**20
+
+
 def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
     """Write report.md, report.html (self-contained) and summary.json with their figures into
     out_dir; return {'report': md path, 'html': html path, 'summary': json path, figure: path, ...}."""
@@ -99,6 +104,8 @@ def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
         raise ValueError("the Dataset carries no tokensweep spec (attribute `tokensweep_spec`): "
                          "open a store written by tokensweep (tokensweep.pipeline.store.open_cube)")
     model = get_model(sweep.model)
+    if ds.nbytes <= IN_MEMORY_BYTES:  # the sections read most of it, many times: read it once
+        ds = ds.compute()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report_input = ReportInput(ds, sweep, out, level)
