@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import socket
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from urllib.parse import urlparse
@@ -170,23 +169,6 @@ def partitions_to_run(spec: dict, store: str) -> int:
     return int((status != DONE).sum()) + max(0, planned - status.size)
 
 
-def preimport_report(spec: dict) -> None:
-    """Import the report's modules (matplotlib, scipy.stats) in a background thread: the flow's
-    process waits on its workers meanwhile, and writes the report after them."""
-    def imports():
-        try:
-            from ..pipeline.models import get_model
-            from ..pipeline.report import write_report  # noqa: F401
-            from ..pipeline.spec import parse_sweep
-
-            sweep = parse_sweep(spec)
-            get_model(sweep.model).sections(sweep)  # imports its report modules
-        except Exception:  # the report itself will say what is wrong
-            pass
-
-    threading.Thread(target=imports, name="report-imports", daemon=True).start()
-
-
 def point_workers_at(scheduler: str, env: dict[str, str]) -> None:
     """Export `env` on every worker of the cluster at `scheduler`, now and when they join."""
     from distributed import Client
@@ -234,9 +216,6 @@ def run_sweep(spec: dict, store: str, *, workers: int | None = None, scheduler: 
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
         from .sweep import sweep_flow
-
-        if report:
-            preimport_report(spec)  # after Prefect's imports: two threads never import one package
 
         with temporary_settings(updates={PREFECT_API_URL: api_url}):
             return sweep_flow.with_options(task_runner=runner)(

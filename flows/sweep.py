@@ -12,6 +12,8 @@ and a retried flow run must ask the store again, never Prefect.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
@@ -93,7 +95,7 @@ def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool
             todo = pending_partitions(sweep, store)
         logger.info("%s store %s: %d of %d partitions to run", created, store, len(todo), len(plan))
         computed, failed, hosts = _run_partitions(sweep.model_dump(mode="json"), store, plan, todo,
-                                                  progress, failed_only)
+                                                  progress, failed_only, report)
         record_provenance(store, hosts)
 
     summary = {"store": store, "partitions": len(plan), "computed": computed, "failed": len(failed)}
@@ -146,8 +148,10 @@ def _task_count() -> int:
 
 
 def _run_partitions(spec: dict, store: str, plan: Plan, todo: list[int], progress: bool,
-                    failed_only: bool = False):
+                    failed_only: bool = False, report: bool = False):
     tasks = _submit(spec, store, plan, todo, failed_only)
+    if report:
+        _import_report_modules(spec)
     computed, failed, hosts = 0, [], set()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     # stderr is not redirected above the bar: the CLI sends it (Prefect's and Dask's logs) to STORE.log
@@ -163,3 +167,20 @@ def _run_partitions(spec: dict, store: str, plan: Plan, todo: list[int], progres
                 failed.append(f"{what}: {exc}")
             bar.advance(tracker, count)
     return computed, failed, hosts
+
+
+def _import_report_modules(spec: dict) -> None:
+    """Import the report's modules (matplotlib, scipy.stats: ~2 s) in a background thread while
+    this process waits on the partitions it has submitted; not before: the thread would hold
+    the interpreter's lock while this process creates the flow run, the store and the tasks,
+    and the workers would wait for their first partition."""
+    def imports():
+        try:
+            from ..pipeline.models import get_model
+            from ..pipeline.report import write_report  # noqa: F401
+
+            get_model(spec["model"]).sections(parse_sweep(spec))  # imports its report modules
+        except Exception:  # the report itself will say what is wrong
+            pass
+
+    threading.Thread(target=imports, name="report-imports", daemon=True).start()
