@@ -236,6 +236,7 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
              scheduler: Optional[str], failed_only: bool = False, batch=None) -> None:
     from ..pipeline.plan import Plan
     from .jobqueue import JobqueueError, batch_cluster, fit_to_work
+    from .run import run_sweep, runs_in_process
 
     if scheduler is None and batch is None:  # local workers: they have what this machine has
         problem = local_problem(sweep)
@@ -248,18 +249,14 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
     batch = batch and fit_to_work(batch, todo)
     if not quiet:
         where = batch.describe() if batch else f"the cluster at {scheduler}" if scheduler else \
-            f"{min(workers or os.cpu_count() or 1, todo)} local workers" if todo > 1 else \
+            f"{min(workers or os.cpu_count() or 1, todo)} local workers" if not runs_in_process(todo) else \
             "this process (no cluster)"  # no idle workers; nor a cluster for one partition
         logs = "" if verbose else f" (logs: {log})"
         typer.echo(f"{sweep.name}: {todo} of {total} partitions to run into {store} on {where}{logs}")
         if scheduler is None and batch is None and _kernels_cold():
             typer.echo("compiling kernels (first run only): the first partitions take ~30 s more")
     try:
-        from .run import IN_PROCESS_PARTITIONS, run_sweep, start_worker_imports
-
         with _logs_to(log, verbose), batch_cluster(batch, todo, sweep) as address:
-            if scheduler is None and batch is None and todo > IN_PROCESS_PARTITIONS:
-                start_worker_imports()  # a local cluster: its workers import beside this process
             summary = run_sweep(sweep.model_dump(mode="json"), sweep.store, workers=workers,
                                 scheduler=address or scheduler, failed_only=failed_only,
                                 progress=progress and not quiet and not verbose)

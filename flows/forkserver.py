@@ -55,9 +55,8 @@ def worker_start() -> tuple[str, dict[str, str]]:
     (distributed's default) without a forkserver or after any other change."""
     if _environment is None:
         return "spawn", {}
-    now = {k: v for k, v in os.environ.items() if k != "__DASK_PARENT_PID"}  # distributed's, per cluster
-    was = {k: v for k, v in _environment.items() if k != "__DASK_PARENT_PID"}
-    changed = {k: v for k, v in now.items() if was.get(k) != v}
-    if set(was) - set(now) or any(not k.startswith("PREFECT_") for k in changed):
+    keys = (set(os.environ) | set(_environment)) - {"__DASK_PARENT_PID"}  # distributed's, per cluster
+    changed = {k for k in keys if os.environ.get(k) != _environment.get(k)}
+    if any(not k.startswith("PREFECT_") or k not in os.environ for k in changed):
         return "spawn", {}
-    return "forkserver", changed
+    return "forkserver", {k: os.environ[k] for k in changed}

@@ -115,22 +115,27 @@ def task_runner(workers: int | None = None, scheduler: str | None = None):
 IN_PROCESS_PARTITIONS = 1
 
 
+def runs_in_process(pending: int) -> bool:
+    """Whether a local run with `pending` partitions to run starts no cluster: a store with at
+    most IN_PROCESS_PARTITIONS left runs them in the flow's process, and a finished sweep's
+    resume stays cheap."""
+    return pending <= IN_PROCESS_PARTITIONS
+
+
 @contextmanager
-def early_task_runner(workers: int | None, spec: dict, store: str):
+def early_task_runner(workers: int | None, pending: int):
     """A DaskTaskRunner whose LocalCluster starts now, in the background, while this process
     imports Prefect and creates the flow run (the runner waits for it at the first task); the
-    cluster is closed on leaving the block, whatever happened. No more workers than partitions
-    to run; a store with at most one partition left to run starts no cluster: that partition
-    runs in this process (`InProcessTaskRunner`), and a finished sweep's resume stays cheap."""
-    pending = partitions_to_run(spec, store)
-    if pending <= IN_PROCESS_PARTITIONS:
+    cluster is closed on leaving the block, whatever happened. No more workers than the
+    `pending` partitions; none where they run in this process (`InProcessTaskRunner`)."""
+    if runs_in_process(pending):
         from .in_process import InProcessTaskRunner
 
         yield InProcessTaskRunner()
         return
     from prefect_dask import DaskTaskRunner
 
-    start_worker_imports()  # if the CLI has not already
+    start_worker_imports()  # if run_sweep has not already
     global _starting
     with ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as pool:
         workers = min(workers or os.cpu_count() or 1, pending)
@@ -209,10 +214,13 @@ def run_sweep(spec: dict, store: str, *, workers: int | None = None, scheduler: 
     """Run the sweep flow against one Prefect server (started here if none is configured);
     `report=False` skips the report (the rounds of `tokensweep boundary`)."""
     scheduler = resolve_scheduler(scheduler, scheduler_file)
+    pending = None if scheduler else partitions_to_run(spec, store)
+    if pending is not None and not runs_in_process(pending):
+        start_worker_imports()  # before Prefect's imports and its server: the workers import beside
     api_url = prepare_environment(scheduler)
     with contextlib.ExitStack() as stack:
         runner = task_runner(workers, scheduler) if scheduler else \
-            stack.enter_context(early_task_runner(workers, spec, store))
+            stack.enter_context(early_task_runner(workers, pending))
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
         from .sweep import sweep_flow

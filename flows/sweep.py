@@ -94,8 +94,8 @@ def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool
         else:
             todo = pending_partitions(sweep, store)
         logger.info("%s store %s: %d of %d partitions to run", created, store, len(todo), len(plan))
-        computed, failed, hosts = _run_partitions(sweep.model_dump(mode="json"), store, plan, todo,
-                                                  progress, failed_only, report)
+        computed, failed, hosts = _run_partitions(sweep, store, plan, todo, progress,
+                                                  failed_only, report)
         record_provenance(store, hosts)
 
     summary = {"store": store, "partitions": len(plan), "computed": computed, "failed": len(failed)}
@@ -147,16 +147,16 @@ def _task_count() -> int:
     return TASKS_PER_WORKER * (threads or WORKERS_UNKNOWN)
 
 
-def _run_partitions(spec: dict, store: str, plan: Plan, todo: list[int], progress: bool,
+def _run_partitions(sweep, store: str, plan: Plan, todo: list[int], progress: bool,
                     failed_only: bool = False, report: bool = False):
-    tasks = _submit(spec, store, plan, todo, failed_only)
+    tasks = _submit(sweep.model_dump(mode="json"), store, plan, todo, failed_only)
     if report:
-        _import_report_modules(spec)
+        _import_report_modules(sweep)
     computed, failed, hosts = 0, [], set()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     # stderr is not redirected above the bar: the CLI sends it (Prefect's and Dask's logs) to STORE.log
     with Progress(*columns, disable=not progress, redirect_stderr=False) as bar:
-        tracker = bar.add_task(spec["name"], total=len(todo))
+        tracker = bar.add_task(sweep.name, total=len(todo))
         for future in as_completed([f for f, _, _ in tasks.values()]):
             _, what, count = tasks[future.task_run_id]
             try:
@@ -169,7 +169,7 @@ def _run_partitions(spec: dict, store: str, plan: Plan, todo: list[int], progres
     return computed, failed, hosts
 
 
-def _import_report_modules(spec: dict) -> None:
+def _import_report_modules(sweep) -> None:
     """Import the report's modules (matplotlib, scipy.stats: ~2 s) in a background thread while
     this process waits on the partitions it has submitted; not before: the thread would hold
     the interpreter's lock while this process creates the flow run, the store and the tasks,
@@ -179,7 +179,7 @@ def _import_report_modules(spec: dict) -> None:
             from ..pipeline.models import get_model
             from ..pipeline.report import write_report  # noqa: F401
 
-            get_model(spec["model"]).sections(parse_sweep(spec))  # imports its report modules
+            get_model(sweep.model).sections(sweep)  # imports its report modules
         except Exception:  # the report itself will say what is wrong
             pass
 

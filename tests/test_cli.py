@@ -266,6 +266,7 @@ def test_ctrl_c_inside_a_pydantic_serializer_counts_as_ctrl_c():
     assert _interrupted(KeyboardInterrupt()) and not _interrupted(ValueError("KeyboardInterrupt"))
 
 
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")  # zarr's, on its own call
 def test_a_store_lacking_an_output_the_model_records_now_is_refused(tmp_path):
     """A store written before its model recorded an output (here the R^d flow's
     log_boolean_defect, which a later tokensweep added) is refused, not resumed with that output

@@ -28,7 +28,7 @@ def test_one_partition_runs_in_process_with_the_reference_numbers(prefect_server
     from tokensweep.flows import run
 
     spec = {**ONE, "store": str(tmp_path / "fast.zarr")}
-    with run.early_task_runner(2, spec, spec["store"]) as runner:
+    with run.early_task_runner(2, run.partitions_to_run(spec, spec["store"])) as runner:
         assert type(runner).__name__ == "InProcessTaskRunner"  # one partition: no cluster
     done = run.run_sweep(spec, spec["store"], workers=2, progress=False)
     assert done["computed"] == 1 and done["failed"] == 0 and Path(done["report"]["report"]).is_file()
@@ -43,7 +43,7 @@ def test_the_in_process_cube_equals_a_local_clusters(prefect_server, tmp_path, m
     fast, slow = ({**ONE, "store": str(tmp_path / f"{name}.zarr")} for name in ("fast", "slow"))
     run.run_sweep(fast, fast["store"], workers=2, progress=False)
     monkeypatch.setattr(run, "IN_PROCESS_PARTITIONS", 0)  # the same sweep on a LocalCluster
-    with run.early_task_runner(2, slow, slow["store"]) as runner:
+    with run.early_task_runner(2, run.partitions_to_run(slow, slow["store"])) as runner:
         assert type(runner).__name__ == "DaskTaskRunner"
     reference = run.run_sweep(slow, slow["store"], workers=2, progress=False)
     assert reference["computed"] == 1 and reference["failed"] == 0
@@ -62,7 +62,7 @@ def test_a_finished_store_starts_no_cluster_on_resume(tmp_path):
     assert partitions_to_run(spec, sweep.store) == 2
     for index in range(2):
         run_partition(sweep, sweep.store, index)
-    with early_task_runner(2, spec, sweep.store) as runner:
+    with early_task_runner(2, partitions_to_run(spec, sweep.store)) as runner:
         assert type(runner).__name__ == "InProcessTaskRunner"
 
 

@@ -90,10 +90,10 @@ def plot_boolean_rate(ds, table, path) -> str:
             ax.plot(t, V * t + b, "k--", lw=1.2, label=f"slope {V:.4g} (predicted)")
             ax.plot([], [], color="tab:blue", lw=0.7, label=f"locked ({int(c.n_locked)}): mean slope "
                                                             f"{float(c.slope):.4f}")
+            ax.legend(fontsize=7)  # here only: without a locked trajectory no line has a label
         ax.axvspan(float(c.window_start), t[-1], color="0.9", zorder=0)
         ax.set(xlabel="t", ylabel="log(-log D(t))",
                title=", ".join(f"{d} = {v:g}" for d, v in sel.items()))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
     return save(fig, path, figure_title(ds.attrs, "P(t) turns Boolean: log(-log D) against t, a straight "
                                                   "line for a doubly exponential rate (window shaded)"))
