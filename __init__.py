@@ -13,8 +13,9 @@ a notebook shows the progress), then returns `open`'s cube: lazy, every output N
 partitions, ``attrs["pending"]`` counting what is missing, length-1 grid axes squeezed, CF
 attributes on every coordinate.
 
-Importing this package stays light: xarray (for the ``ds.tokensweep`` accessor) and nothing
-else; numba, Prefect and Dask's distributed load only when a function needs them.
+Importing this package stays light: nothing beyond the standard library (the ``ds.tokensweep``
+accessor is registered as xarray is imported); xarray, numba, Prefect and Dask's distributed
+load only when a function needs them.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from __future__ import annotations
 from importlib import import_module as _import_module
 from typing import NamedTuple
 
-# registers ds.tokensweep; absolute, so that a tool importing this file under another name
-# (pytest imports a rootdir's __init__.py as `main`) does not register a second copy
-_import_module("tokensweep.pipeline.analysis.accessor")
+# registers ds.tokensweep once xarray is imported (now, if it is); absolute, so that a tool
+# importing this file under another name (pytest imports a rootdir's __init__.py as `main`)
+# does not register a second copy
+_import_module("tokensweep.pipeline.when_imported").when_imported(
+    "xarray", lambda: _import_module("tokensweep.pipeline.analysis.accessor"))
 
 __all__ = ["open", "run", "catalog", "load_spec", "CatalogEntry", "SpecError", "StoreError",
            "SweepError", "ClusterError"]

@@ -57,7 +57,7 @@ LOG_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) \| \w+\s*\| (.*)$")
 
 def tokensweep() -> list[str]:
     found = shutil.which("tokensweep", path=str(Path(sys.executable).parent))
-    return [found] if found else [sys.executable, "-c", "from tokensweep.flows.cli import main; main()"]
+    return [found] if found else [sys.executable, "-c", "from tokensweep.flows.command import main; main()"]
 
 
 def write_spec(spec: dict, name: str) -> Path:

@@ -41,7 +41,10 @@ def server_env():
 
 @server_app.command("stop")
 def server_stop():
-    """Stop the local Prefect server that tokensweep started (in TOKENSWEEP_HOME)."""
+    """Stop the local Prefect server that tokensweep started (in TOKENSWEEP_HOME), and the warm
+    process that runs its commands (flows/warm_cli.py)."""
     from .server import stop_server
+    from .warm_cli import stop_host
 
+    stop_host()
     typer.echo("stopped" if stop_server() else "no server started by tokensweep is running")

@@ -33,6 +33,8 @@ import yaml
 # Never reuse the user's own Prefect server (recorded in TOKENSWEEP_HOME): every server a
 # test talks to is started by the test session.
 os.environ["TOKENSWEEP_HOME"] = tempfile.mkdtemp(prefix="tokensweep-home-")
+# Commands run cold, each in its own process, unless a test starts a warm one (test_warm_cli.py)
+os.environ["TOKENSWEEP_WARM"] = "0"
 
 SPECS = Path(__file__).parent / "specs"
 BIN = Path(sys.executable).parent
