@@ -37,7 +37,8 @@ from .server import state_dir
 IDLE_S = 3600.0
 SWEEP_COMMANDS = ("run", "rerun", "boundary")  # after these, a cold command leaves a host
 IMPORT_TIME_ENV = ("NUMBA_", "OMP_", "OPENBLAS_", "MKL_", "PYTHON", "DASK_", "ZARR_", "MPL",
-                   "LD_", "TOKENSWEEP_HOME")
+                   "LD_", "LANG", "LC_", "PREFECT_LOGGING_", "TOKENSWEEP_HOME")
+REQUEST_TIMEOUT_S = 10.0  # a client that connects and sends nothing holds the host no longer
 _PACKAGE = Path(__file__).resolve().parents[1]
 _SOURCES = ("__init__.py", "kernels", "pipeline", "flows")  # what the host imported from
 
@@ -47,13 +48,14 @@ def socket_path() -> Path:
 
 
 def enabled() -> bool:
-    return os.environ.get("TOKENSWEEP_WARM", "1") != "0" and hasattr(os, "fork") \
-        and len(str(socket_path())) < 100  # AF_UNIX paths are short
+    return os.environ.get("TOKENSWEEP_WARM", "1") != "0" and hasattr(socket, "SO_PEERCRED") \
+        and len(str(socket_path())) < 100  # Linux; AF_UNIX paths are short
 
 
 def fingerprint() -> str:
-    """The environment and its interpreter (`python` or `python3`: the same), the newest source file of the package and the newest change to the
-    import path's folders (an install or removal there): a host made before either is stale."""
+    """The environment and its interpreter (`python` or `python3` alike), the newest source file
+    of the package and the newest change to the import path's folders (an install or removal
+    there): a host made before either is stale."""
     newest = 0
     for name in _SOURCES:
         for folder, dirs, files in os.walk(_PACKAGE / name):
@@ -139,6 +141,8 @@ def stop_host() -> bool:
     """Stop this TOKENSWEEP_HOME's host, if one runs (`tokensweep server stop`)."""
     try:
         pid = int((state_dir() / "warm-cli.pid").read_text())
+        if b"tokensweep.flows.warm_cli" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return False  # a host killed outright left its file, and the pid went to another
         os.kill(pid, signal.SIGTERM)
         return True
     except (OSError, ValueError):
@@ -157,13 +161,14 @@ def serve() -> None:
     except OSError:
         return  # another host runs, or starts, in this TOKENSWEEP_HOME
     started_env, stamp = dict(os.environ), fingerprint()
-    _warm_up()
-    socket_path().unlink(missing_ok=True)
+    socket_path().unlink(missing_ok=True)  # one a host killed outright left
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(socket_path()))
+    listener.bind(str(socket_path()))  # first: where sockets cannot be (some network file
+    os.chmod(socket_path(), 0o600)     # systems) fail before the warm-up; this user's only
+    _warm_up()  # meanwhile a command finds the socket not listening, and runs cold
     listener.listen(16)
     listener.settimeout(IDLE_S)
-    (state_dir() / "warm-cli.pid").write_text(str(os.getpid()))
+    (state_dir() / "warm-cli.pid").write_text(str(os.getpid()))  # ready
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reap themselves
     signal.signal(signal.SIGTERM, lambda *_: _leave(listener))
     while True:
@@ -172,7 +177,11 @@ def serve() -> None:
         except (TimeoutError, socket.timeout):
             _leave(listener)
         try:
+            if _peer_uid(conn) != os.getuid():
+                raise PermissionError("another user")
+            conn.settimeout(REQUEST_TIMEOUT_S)
             request, fds = _read_request(conn)
+            conn.settimeout(None)
         except (OSError, ValueError):
             conn.close()
             continue
@@ -199,6 +208,14 @@ def serve() -> None:
         conn.close()
         for fd in fds:
             os.close(fd)
+
+
+def _peer_uid(conn) -> int:
+    """The user of the process at the other end (Linux's SO_PEERCRED: pid, uid, gid)."""
+    import struct
+
+    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                               struct.calcsize("3i")))[1]
 
 
 def _leave(listener) -> None:
@@ -282,6 +299,7 @@ def _run_child(conn, request: dict, fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        time.tzset()  # TZ
         _settings_from_environment()
         sys.argv = request["argv"]
         from . import fast_exit

@@ -50,12 +50,22 @@ def warm(prefect_server, tmp_path):
     with open(home / "warm-cli.log", "ab") as log:
         host = subprocess.Popen([sys.executable, "-m", "tokensweep.flows.warm_cli"], env=env,
                                 stdout=log, stderr=log, start_new_session=True)
-    _wait_for(lambda: (home / "warm-cli.sock").exists() or host.poll() is not None, 120,
+    _wait_for(lambda: (home / "warm-cli.pid").exists() or host.poll() is not None, 120,
               "the warm process did not listen")
     assert host.poll() is None, _served(home)
     yield env
     host.terminate()
     host.wait(timeout=30)
+    _stop_any_host(home)
+
+
+def _stop_any_host(home: Path) -> None:
+    """Stop a host a cold command may have left in `home` (none should: the test says so)."""
+    try:
+        os.kill(int((home / "warm-cli.pid").read_text()), signal.SIGTERM)
+    except (OSError, ValueError):
+        return
+    pytest.fail(f"a second warm process was left in {home}: {(home / 'warm-cli.log').read_text()}")
 
 
 def _run(env, *args, cwd) -> subprocess.CompletedProcess:
@@ -150,7 +160,7 @@ def test_a_cold_sweep_leaves_a_host_that_server_stop_stops(prefect_server, tmp_p
     spec.write_text(yaml.safe_dump(ONE))
     first = _run(env, "run", spec, "--store", tmp_path / "a.zarr", "-q", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    _wait_for(lambda: (home / "warm-cli.sock").exists(), 120, "no host was left")
+    _wait_for(lambda: (home / "warm-cli.pid").exists(), 120, "no host was left")
     second = _run(env, "run", spec, "--store", tmp_path / "b.zarr", "-q", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert f"run {spec} --store {tmp_path / 'b.zarr'}" in _served(home)
