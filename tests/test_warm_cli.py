@@ -170,3 +170,29 @@ def test_a_cold_sweep_leaves_a_host_that_server_stop_stops(prefect_server, tmp_p
     _wait_for(lambda: not (home / "warm-cli.sock").exists(), 30, "server stop left the host")
     _wait_for(lambda: not Path(f"/proc/{pid}").exists() or
               Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 30, "the host lives on")
+
+
+def test_a_terminal_gets_the_progress_bar_from_the_warm_process(warm, tmp_path):
+    import pty
+
+    spec = tmp_path / "one.yaml"
+    spec.write_text(yaml.safe_dump(ONE))
+    terminal, side = pty.openpty()  # the command's streams are a terminal, as in a shell
+    client = subprocess.Popen([TOKENSWEEP, "run", str(spec), "--store", str(tmp_path / "t.zarr")],
+                              stdin=side, stdout=side, stderr=side, env=warm, cwd=tmp_path)
+    os.close(side)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(terminal, 4096)
+        except OSError:  # EIO: every end of the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(terminal)
+    assert client.wait(timeout=60) == 0, shown
+    text = shown.decode(errors="replace")
+    assert "━" in text and "\x1b[" in text, text  # rich's bar, drawn with escape codes
+    assert "computed 1 of 1 partitions" in text
+    assert f"run {spec}" in _served(Path(warm["TOKENSWEEP_HOME"]))
