@@ -233,9 +233,13 @@ def _read_request(conn) -> tuple[dict, list[int]]:
         if not chunk:
             raise ValueError("short request")
         body += chunk
-    if len(fds) != 3:
-        raise ValueError("no standard streams")
-    return json.loads(body), fds
+    request = json.loads(body)
+    if len(fds) != 3 or not isinstance(request, dict) or \
+            not {"argv", "cwd", "env", "fingerprint"} <= set(request):
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("not a tokensweep command")
+    return request, fds
 
 
 def _warm_up() -> None:
