@@ -236,7 +236,7 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
              scheduler: Optional[str], failed_only: bool = False, batch=None) -> None:
     from ..pipeline.plan import Plan
     from .jobqueue import JobqueueError, batch_cluster, fit_to_work
-    from .run import run_sweep, runs_in_process
+    from .run import local_workers, run_sweep, runs_in_process
 
     if scheduler is None and batch is None:  # local workers: they have what this machine has
         problem = local_problem(sweep)
@@ -249,7 +249,7 @@ def _execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Opti
     batch = batch and fit_to_work(batch, todo)
     if not quiet:
         where = batch.describe() if batch else f"the cluster at {scheduler}" if scheduler else \
-            f"{min(workers or os.cpu_count() or 1, todo)} local workers" if not runs_in_process(todo) else \
+            f"{local_workers(workers, todo)} local workers" if not runs_in_process(todo) else \
             "this process (no cluster)"  # no idle workers; nor a cluster for one partition
         logs = "" if verbose else f" (logs: {log})"
         typer.echo(f"{sweep.name}: {todo} of {total} partitions to run into {store} on {where}{logs}")

@@ -122,6 +122,12 @@ def runs_in_process(pending: int) -> bool:
     return pending <= IN_PROCESS_PARTITIONS
 
 
+def local_workers(workers: int | None, pending: int) -> int:
+    """How many local workers a run starts: as asked (one per core by default), no more than
+    the partitions it has to run."""
+    return min(workers or os.cpu_count() or 1, pending)
+
+
 @contextmanager
 def early_task_runner(workers: int | None, pending: int):
     """A DaskTaskRunner whose LocalCluster starts now, in the background, while this process
@@ -135,11 +141,10 @@ def early_task_runner(workers: int | None, pending: int):
         return
     from prefect_dask import DaskTaskRunner
 
-    start_worker_imports()  # if run_sweep has not already
     global _starting
     with ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as pool:
-        workers = min(workers or os.cpu_count() or 1, pending)
-        _starting = starting = pool.submit(start_local_cluster, workers)
+        # forked from run_sweep's forkserver where it started one, else spawned
+        _starting = starting = pool.submit(start_local_cluster, local_workers(workers, pending))
         try:
             yield DaskTaskRunner(cluster_class=started_local_cluster)
         finally:

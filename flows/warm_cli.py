@@ -160,7 +160,7 @@ def serve() -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return  # another host runs, or starts, in this TOKENSWEEP_HOME
-    started_env, stamp = dict(os.environ), fingerprint()
+    started_env, stamp = import_time_env(os.environ), fingerprint()
     socket_path().unlink(missing_ok=True)  # one a host killed outright left
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(socket_path()))  # first: where sockets cannot be (some network file
@@ -186,7 +186,7 @@ def serve() -> None:
             conn.close()
             continue
         refusal = ("stale" if request["fingerprint"] != stamp else
-                   "environment" if import_time_env(request["env"]) != import_time_env(started_env)
+                   "environment" if import_time_env(request["env"]) != started_env
                    else None)
         if refusal:
             why = f" (its code: {request['fingerprint']}; mine: {stamp})" if refusal == "stale" else ""
