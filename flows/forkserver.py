@@ -1,39 +1,58 @@
 """Local workers forked from one process that has imported what they need, once.
 
-A spawned worker imports Prefect's task engine, the pipeline and numba before its first
-partition: ~3 s of one core on a small VM, paid once per worker and while the flow's own
-process is importing the same on the other cores. The standard library's forkserver imports
-them once instead, in a process of its own started as soon as a run knows it needs a local
-cluster, and each worker is then a fork of it (milliseconds).
+A spawned worker imports Prefect's task engine, the pipeline and numba, and loads the sweep's
+cached kernels, before its first partition: ~3 s of one core for the imports and ~1.3 s for the
+kernels on a small VM, paid once per worker and while the flow's own process is importing the
+same on the other cores. The standard library's forkserver does it once instead, in a process
+of its own started as soon as a run knows it needs a local cluster (it also runs one tiny
+partition of the sweep: `warm_kernels.py`), and each worker is then a fork of it (milliseconds).
 
 A forked worker inherits the forkserver's environment, not its parent's at the time of the
 fork. So the variables distributed's nanny exports for its workers are exported before the
-forkserver starts; Prefect's variables set since (the run's PREFECT_API_URL, known only once
-the server answers) are handed to each fork by its nanny, and the worker reads Prefect's
-settings again (`preload.dask_setup`); any other change to `os.environ` since (a test's, a
-library's) could come too late for a module that read it on import, so then workers are
-spawned and import for themselves, as without this module.
+forkserver starts. Of the variables changed since (the run's PREFECT_API_URL, known only once
+the server answers; any other), those a module reads on import (`import_env.py`) may come too
+late, so then workers are spawned and import for themselves, as without this module; the rest
+are handed to each fork by its nanny, and those removed since are removed by the worker's
+preload (`preload.dask_setup`, which also reads Prefect's settings again).
+
+The warm process (`warm_cli.py`) starts a forkserver as it warms up, and each command it runs,
+a fork of it, uses that one (`adopt`).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-from multiprocessing import forkserver
+from multiprocessing import forkserver, resource_tracker
 
+from . import warm_kernels
+from .import_env import read_on_import
+
+UNSET = "TOKENSWEEP_UNSET"  # names, space-separated, that a forked worker removes (preload.py)
+STREAMS = {1: "TOKENSWEEP_STDOUT", 2: "TOKENSWEEP_STDERR"}  # the run's, for a forked worker
 _environment: dict[str, str] | None = None  # os.environ when this process's forkserver started
+_nanny_keys: frozenset[str] = frozenset()  # exported by distributed's nanny in every worker
 
 
-def start(modules: list[str]) -> None:
-    """Start this process's forkserver now, importing `modules` (no-op if it runs already, or
-    where the platform has no forkserver)."""
-    global _environment
+def start(modules: list[str], spec: dict | None = None) -> None:
+    """Start this process's forkserver now, importing `modules` and loading the kernels of the
+    sweep `spec` (no-op if it runs already, or where the platform has no forkserver)."""
+    global _environment, _nanny_keys
     if _environment is not None or "forkserver" not in multiprocessing.get_all_start_methods():
         return
-    os.environ.update(_nanny_environ())
-    multiprocessing.get_context("forkserver").set_forkserver_preload(list(modules))
-    forkserver.ensure_running()  # returns at once: the server imports while this process goes on
+    nanny = _nanny_environ()
+    os.environ.update(nanny)
+    _nanny_keys = frozenset(nanny)
     _environment = dict(os.environ)
+    variable = warm_kernels.as_variable(spec) if spec is not None else None
+    if variable is not None:
+        modules = [*modules, warm_kernels.__name__]
+        os.environ[warm_kernels.SPEC_VARIABLE] = variable  # the forkserver's alone: removed below
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(modules))
+    try:
+        forkserver.ensure_running()  # returns at once: the server imports while this process goes on
+    finally:
+        os.environ.pop(warm_kernels.SPEC_VARIABLE, None)
 
 
 def _nanny_environ() -> dict[str, str]:
@@ -51,12 +70,53 @@ def _nanny_environ() -> dict[str, str]:
 
 def worker_start() -> tuple[str, dict[str, str]]:
     """How to start a local worker now, and what its nanny must export in it: ("forkserver",
-    the PREFECT_* variables set or changed since the forkserver started), or ("spawn", {})
-    (distributed's default) without a forkserver or after any other change."""
+    the variables set, changed or (UNSET) removed since the forkserver started, and where this
+    process's standard streams are (STREAMS)), or ("spawn", {}) (distributed's default) without
+    a forkserver or after a change to a variable read on import."""
     if _environment is None:
         return "spawn", {}
-    keys = (set(os.environ) | set(_environment)) - {"__DASK_PARENT_PID"}  # distributed's, per cluster
-    changed = {k for k in keys if os.environ.get(k) != _environment.get(k)}
-    if any(not k.startswith("PREFECT_") or k not in os.environ for k in changed):
+    ignored = _nanny_keys | {"__DASK_PARENT_PID"}  # the nanny's own, and distributed's per cluster
+    now = {k: v for k, v in os.environ.items() if k not in ignored}
+    then = {k: v for k, v in _environment.items() if k not in ignored}
+    if read_on_import(now) != read_on_import(then):
         return "spawn", {}
-    return "forkserver", {k: os.environ[k] for k in changed}
+    env = {k: v for k, v in now.items() if then.get(k) != v}
+    removed = sorted(set(then) - set(now))
+    if removed:
+        env[UNSET] = " ".join(removed)
+    return "forkserver", {**env, **_streams()}
+
+
+def _streams() -> dict[str, str]:
+    """This process's stdout and stderr, as paths a forked worker opens (`preload.dask_setup`):
+    it inherited the forkserver's, those of whichever run or warm process started it, and its
+    logs belong to this run (STORE.log, or the terminal with -v). Linux's /proc reopens the same
+    file, terminal or pipe."""
+    paths = {key: f"/proc/{os.getpid()}/fd/{fd}" for fd, key in STREAMS.items()}
+    return {key: path for key, path in paths.items() if os.path.exists(path)}
+
+
+def adopt() -> None:
+    """In a fork of the process that started the forkserver (a command of the warm process):
+    use that forkserver. The standard library checks that its forkserver lives with waitpid,
+    which only the forkserver's parent can call; so it is checked here, once, and where it has
+    died this process forgets it and a run starts its own."""
+    global _environment
+    server = forkserver._forkserver
+    pid = server._forkserver_pid
+    if _environment is None or pid is None:
+        return
+    if _alive(pid):
+        server.ensure_running = resource_tracker.ensure_running  # what else ensure_running does
+        return
+    os.close(server._forkserver_alive_fd)
+    server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+    _environment = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # not a zombie
+    except (OSError, IndexError):
+        return False

@@ -6,14 +6,38 @@ run while the flow's own process is still setting up. A forkserver imports this 
 for all local workers (`forkserver.py`).
 """
 
+import logging
+import os
+
 import prefect.task_engine  # noqa: F401
 from prefect.context import refresh_global_settings_context
 
 from . import sweep  # noqa: F401  (the tasks, hence the pipeline they call)
+from .forkserver import STREAMS, UNSET
+
+# Its lines come before dask_setup, so a fork would write them to the forkserver's streams
+logging.getLogger("distributed.preloading").setLevel(logging.WARNING)
 
 
 def dask_setup(worker) -> None:
-    """Read Prefect's settings again, now that the nanny has exported the worker's environment:
-    a fork imported Prefect in the forkserver, which may have started before the run knew its
-    Prefect API (PREFECT_API_URL)."""
+    """In a worker forked from a forkserver (`forkserver.worker_start`), now that the nanny has
+    exported the run's environment: write to the run's streams rather than the forkserver's,
+    remove what the run's environment no longer has, and read Prefect's settings again (the
+    forkserver may have started before the run knew its Prefect API, PREFECT_API_URL)."""
+    for fd, key in STREAMS.items():
+        _reopen(os.environ.pop(key, None), fd)
+    for key in os.environ.pop(UNSET, "").split():
+        os.environ.pop(key, None)
     refresh_global_settings_context()
+
+
+def _reopen(path: str | None, fd: int) -> None:
+    """Make `fd` write to `path` (appending: a log file keeps what it has), where it opens."""
+    if path is None:
+        return
+    try:
+        opened = os.open(path, os.O_WRONLY | os.O_APPEND)
+    except OSError:  # a socket, or the run is gone: keep the forkserver's
+        return
+    os.dup2(opened, fd)
+    os.close(opened)

@@ -77,13 +77,14 @@ def local_cluster_kwargs(workers: int | None = None, preload: bool = True) -> di
     }
 
 
-def start_worker_imports() -> None:
-    """Start the forkserver local workers will fork from, importing what they need
-    (`forkserver.py`): as soon as a run knows it will start a local cluster, before it imports
-    Prefect and asks for its server. The thread caps come first: numba reads its own on import."""
+def start_worker_imports(spec: dict) -> None:
+    """Start the forkserver local workers will fork from, importing what they need and loading
+    the kernels of the sweep `spec` (`forkserver.py`): as soon as a run knows it will start a
+    local cluster, before it imports Prefect and asks for its server. The thread caps come
+    first: numba reads its own on import."""
     cap_threads()
     # "__main__": the command's own module too, which each fork would otherwise import again
-    forkserver.start(["__main__", WORKER_PRELOAD])
+    forkserver.start(["__main__", WORKER_PRELOAD], spec)
 
 
 def start_local_cluster(workers: int | None = None, preload: bool = True):
@@ -221,7 +222,7 @@ def run_sweep(spec: dict, store: str, *, workers: int | None = None, scheduler: 
     scheduler = resolve_scheduler(scheduler, scheduler_file)
     pending = None if scheduler else partitions_to_run(spec, store)
     if pending is not None and not runs_in_process(pending):
-        start_worker_imports()  # before Prefect's imports and its server: the workers import beside
+        start_worker_imports(spec)  # before Prefect's imports and its server: the workers import beside
     api_url = prepare_environment(scheduler)
     with contextlib.ExitStack() as stack:
         runner = task_runner(workers, scheduler) if scheduler else \

@@ -16,7 +16,7 @@ The host is not used (the command runs cold, as without this module) when:
 - its code or installed packages changed since it started (it then exits, and the next sweep
   command leaves a fresh one): the fingerprint below;
 - the command's environment differs in a variable that a module reads once on import
-  (`IMPORT_TIME_ENV`: thread counts, Python's, Dask's, zarr's and matplotlib's settings);
+  (`import_env.py`: thread counts, Python's, Dask's, zarr's and matplotlib's settings);
   Prefect's settings are read again in the child, whatever the environment says.
 It exits after `IDLE_S` without a command, and with `tokensweep server stop`.
 """
@@ -32,12 +32,12 @@ import sys
 import time
 from pathlib import Path
 
+from . import warm_kernels
+from .import_env import read_on_import
 from .server import state_dir
 
 IDLE_S = 3600.0
 SWEEP_COMMANDS = ("run", "rerun", "boundary")  # after these, a cold command leaves a host
-IMPORT_TIME_ENV = ("NUMBA_", "OMP_", "OPENBLAS_", "MKL_", "PYTHON", "DASK_", "ZARR_", "MPL",
-                   "LD_", "LANG", "LC_", "PREFECT_LOGGING_", "TOKENSWEEP_HOME")
 REQUEST_TIMEOUT_S = 10.0  # a client that connects and sends nothing holds the host no longer
 _PACKAGE = Path(__file__).resolve().parents[1]
 _SOURCES = ("__init__.py", "kernels", "pipeline", "flows")  # what the host imported from
@@ -66,10 +66,6 @@ def fingerprint() -> str:
                  # sys.path[0]: the script's folder, or the working one (`-m`): not the install
                  + [os.stat(p).st_mtime_ns for p in sys.path[1:] if p and os.path.isdir(p)])
     return f"{sys.prefix} {os.path.realpath(sys.executable)} {sys.version} {newest}"
-
-
-def import_time_env(env: dict) -> dict:
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV)}
 
 
 # --- the client: standard library only ------------------------------------------------------
@@ -160,7 +156,7 @@ def serve() -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return  # another host runs, or starts, in this TOKENSWEEP_HOME
-    started_env, stamp = import_time_env(os.environ), fingerprint()
+    started_env, stamp = read_on_import(os.environ), fingerprint()
     socket_path().unlink(missing_ok=True)  # one a host killed outright left
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(socket_path()))  # first: where sockets cannot be (some network file
@@ -186,7 +182,7 @@ def serve() -> None:
             conn.close()
             continue
         refusal = ("stale" if request["fingerprint"] != stamp else
-                   "environment" if import_time_env(request["env"]) != started_env
+                   "environment" if read_on_import(request["env"]) != started_env
                    else None)
         if refusal:
             why = f" (its code: {request['fingerprint']}; mine: {stamp})" if refusal == "stale" else ""
@@ -244,11 +240,12 @@ def _read_request(conn) -> tuple[dict, list[int]]:
 
 def _warm_up() -> None:
     """What a command would import and load: the CLI, the flow, Prefect's engines, the report's
-    modules and the default model's cached kernels. No thread may be left running: each
-    command is a fork of this process."""
-    from .run import cap_threads
+    modules and the default model's cached kernels; and a forkserver for local workers that has
+    them too (`forkserver.adopt`). No thread may be left running: each command is a fork of
+    this process."""
+    from .run import start_worker_imports
 
-    cap_threads()  # as a cold `run` does before numba loads
+    start_worker_imports(warm_kernels.DEFAULT)  # with the thread caps a cold `run` sets
     import matplotlib
 
     matplotlib.use("Agg")
@@ -259,15 +256,9 @@ def _warm_up() -> None:
     import xarray.backends.zarr  # noqa: F401
 
     from ..pipeline import report  # noqa: F401
-    from ..pipeline.execute import simulate_partition
-    from ..pipeline.plan import Plan
-    from ..pipeline.spec import parse_sweep
     from . import cli, in_process, sweep  # noqa: F401
 
-    tiny = parse_sweep({"name": "warm-up", "model": "stochastic_transformer", "attention": "sa",
-                        "grid": {"beta": [1.0], "d": [3], "n": 2}, "trajectories": 1,
-                        "time": {"T": 1.0, "layers": 10, "checkpoints": 1}})
-    simulate_partition(tiny, Plan(tiny)[0])
+    warm_kernels.load(warm_kernels.DEFAULT)
     _draw_a_figure()
 
 
@@ -305,8 +296,10 @@ def _run_child(conn, request: dict, fds: list[int]) -> None:
         os.environ.update(request["env"])
         time.tzset()  # TZ
         _settings_from_environment()
+        from . import fast_exit, forkserver
+
+        forkserver.adopt()  # this host's, for the command's local workers
         sys.argv = request["argv"]
-        from . import fast_exit
 
         fast_exit.before_exit(lambda code: conn.sendall(json.dumps({"code": code}).encode() + b"\n"))
         conn.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")

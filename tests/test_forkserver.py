@@ -19,35 +19,104 @@ SCRIPT = textwrap.dedent("""
     def seen_on_worker():
         from prefect.settings import get_current_settings
         return {"api": str(get_current_settings().api.url),
-                "imported": "tokensweep.pipeline.execute" in sys.modules}
+                "imported": "tokensweep.pipeline.execute" in sys.modules,
+                "gone": "TOKENSWEEP_TEST_GONE" in os.environ,
+                "kept": os.environ.get("TOKENSWEEP_TEST_KEPT")}
 
     os.environ.pop("PREFECT_API_URL", None)
+    os.environ["TOKENSWEEP_TEST_GONE"] = "1"
     before = forkserver.worker_start()
     forkserver.start([WORKER_PRELOAD])
     # known only after the forkserver imported Prefect: the run's server answers later
     os.environ["PREFECT_API_URL"] = "http://127.0.0.1:9/api"
+    os.environ["TOKENSWEEP_TEST_KEPT"] = "2"
+    del os.environ["TOKENSWEEP_TEST_GONE"]
     method, env = forkserver.worker_start()
     with start_local_cluster(2) as cluster, Client(cluster) as client:
         parents = sorted(set(client.run(os.getppid).values()))
         workers = list(client.run(seen_on_worker).values())
     server = stdlib_forkserver._forkserver._forkserver_pid
-    os.environ["TOKENSWEEP_TEST_CHANGED"] = "1"
+    os.environ["NUMBA_NUM_THREADS"] = "7"
     changed = forkserver.worker_start()
     print(json.dumps({"before": before, "method": method, "env": env, "parents": parents,
                       "server": server, "workers": workers, "changed": changed}))
 """)
 
 
-def test_local_workers_are_forks_of_one_forkserver_and_get_the_prefect_api_set_after_it():
+def test_local_workers_are_forks_of_one_forkserver_and_get_the_environment_set_after_it():
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["before"] == ["spawn", {}]  # no forkserver yet
     assert seen["method"] == "forkserver"
-    assert seen["env"] == {"PREFECT_API_URL": "http://127.0.0.1:9/api"}  # the nanny exports it
+    handed = {k: v for k, v in seen["env"].items() if k not in ("TOKENSWEEP_STDOUT", "TOKENSWEEP_STDERR")}
+    assert handed == {"PREFECT_API_URL": "http://127.0.0.1:9/api", "TOKENSWEEP_TEST_KEPT": "2",
+                      "TOKENSWEEP_UNSET": "TOKENSWEEP_TEST_GONE"}  # the nanny exports these
     assert seen["parents"] == [seen["server"]]  # both workers forked by it
     for worker in seen["workers"]:
         assert worker["imported"]  # the pipeline came with the fork
         assert worker["api"] == "http://127.0.0.1:9/api"  # Prefect's settings read again
+        assert worker["kept"] == "2" and not worker["gone"]  # set and removed since the start
     # a change that a module may have read on import in the forkserver: spawn instead
     assert seen["changed"] == ["spawn", {}]
+
+
+ADOPTED = textwrap.dedent("""
+    import json, os, sys
+    from multiprocessing import forkserver as stdlib_forkserver
+    from distributed import Client
+    from numba.core.dispatcher import Dispatcher
+    from tokensweep.flows import forkserver
+    from tokensweep.flows.run import WORKER_PRELOAD, start_local_cluster
+
+    def kernels_loaded():
+        return sum(len(obj.overloads) for name, module in list(sys.modules.items())
+                   if name.startswith("tokensweep.kernels")
+                   for obj in vars(module).values() if isinstance(obj, Dispatcher))
+
+    def to_stderr():
+        print("a worker's line", file=sys.stderr, flush=True)
+
+    spec = {"name": "k", "model": "stochastic_transformer", "grid": {"beta": [1.0], "d": [3],
+            "n": 2}, "time": {"T": 1.0, "layers": 50_000_000, "checkpoints": 2}, "trajectories": 9}
+    forkserver.start([WORKER_PRELOAD], spec)
+    server = stdlib_forkserver._forkserver._forkserver_pid
+    log = sys.argv[1]
+    read, write = os.pipe()
+    if os.fork() == 0:  # as the warm process forks a command
+        forkserver.adopt()
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.dup2(fd, 2)  # as the CLI sends a run's stderr to STORE.log
+        with start_local_cluster(1) as cluster, Client(cluster) as client:
+            seen = {"parents": list(client.run(os.getppid).values()),
+                    "loaded": list(client.run(kernels_loaded).values())}
+            client.run(to_stderr)
+        os.write(write, json.dumps(seen).encode())
+        os._exit(0)
+    os.close(write)
+    seen = json.loads(os.read(read, 1 << 16))
+    os.kill(server, 9)  # a forkserver that died: a later fork starts its own
+    os.waitpid(server, 0)
+    if os.fork() == 0:
+        forkserver.adopt()
+        os._exit(0 if forkserver.worker_start() == ("spawn", {}) else 3)
+    seen["after_death"] = os.waitstatus_to_exitcode(os.wait()[1])
+    print(json.dumps({**seen, "server": server, "here": kernels_loaded()}))
+""")
+
+
+def test_a_fork_of_the_process_uses_its_forkserver_whose_workers_have_the_kernels(tmp_path):
+    """The warm process's commands (warm_cli.py) are forks of the process that started the
+    forkserver: their workers are forks of it too, with the sweep's kernels loaded by its tiny
+    partition (warm_kernels.py; 50 million layers would take minutes), and they log to the
+    command's stderr, not the forkserver's."""
+    log = tmp_path / "store.log"
+    done = subprocess.run([sys.executable, "-c", ADOPTED, str(log)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["parents"] == [seen["server"]]
+    assert seen["loaded"][0] > 0 and seen["here"] == 0  # loaded in the forkserver, not here
+    assert "a worker's line" in log.read_text()
+    assert "a worker's line" not in done.stderr
+    assert seen["after_death"] == 0

@@ -88,7 +88,11 @@ def test_a_sweep_in_the_warm_process_writes_a_cold_runs_numbers(warm, tmp_path):
     done = _run(warm, "run", spec, "--store", store, "--workers", "2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "computed 12 of 12 partitions" in done.stdout and "html:" in done.stdout
-    assert f"run {spec} --store {store} --workers 2" in _served(Path(warm["TOKENSWEEP_HOME"]))
+    home = Path(warm["TOKENSWEEP_HOME"])
+    assert f"run {spec} --store {store} --workers 2" in _served(home)
+    # the workers, forks of the warm process's forkserver, log to the run's STORE.log
+    assert "Task run 'beta=0.5 d=3" in Path(f"{store}.log").read_text()
+    assert "distributed" not in (home / "warm-cli.log").read_text()
     xr.testing.assert_identical(output_cube(store), reference_cube(TINY, tmp_path / "ref.zarr"))
 
 

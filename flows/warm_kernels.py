@@ -1,0 +1,64 @@
+"""A sweep's numba kernels, loaded before its first partition: in the forkserver that local
+workers are forked from (`forkserver.py`), and in the warm process (`warm_cli.py`).
+
+numba loads a model's compiled kernels from its cache the first time each is called: ~1.3 s of
+one core for the stochastic transformer, which each local worker paid inside its first
+partition (2.7 s each where two loaded at once on two cores). A fork of a process that ran
+one tiny partition of the same configuration has them loaded already.
+
+The forkserver can only be told module names to import, so it gets the sweep in the
+environment variable SPEC_VARIABLE, read and removed as it imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+SPEC_VARIABLE = "TOKENSWEEP_FORKSERVER_SPEC"
+MAX_SPEC_CHARS = 65536  # an environment variable is at most 128 kB on Linux
+# The warm process's guess before it knows any sweep: the default model's usual kernels
+DEFAULT = {"name": "warm-up", "model": "stochastic_transformer", "attention": "sa",
+           "grid": {"beta": [1.0], "d": [3], "n": 2}, "trajectories": 1,
+           "time": {"T": 1.0, "layers": 10, "checkpoints": 1}}
+
+
+def tiny(spec: dict) -> dict:
+    """`spec` cut to one trajectory and one layer per checkpoint: the same kernels, no work."""
+    time = dict(spec.get("time") or {})
+    checkpoints = time.get("checkpoints", 1)
+    count = checkpoints if isinstance(checkpoints, int) else len(checkpoints)
+    time.update(layers=count, checkpoints=count)
+    cut = {k: v for k, v in spec.items() if k not in ("store", "partition_traj")}
+    return {**cut, "trajectories": 1, "time": time}
+
+
+def load(spec: dict) -> None:
+    """Run the first partition of `tiny(spec)`, writing nothing. A spec it cannot cut (or any
+    other failure) loads nothing: the run itself meets and reports the same problem, and the
+    workers load their kernels as they go."""
+    from ..pipeline.execute import simulate_partition
+    from ..pipeline.plan import Plan
+    from ..pipeline.spec import parse_sweep
+
+    try:
+        sweep = parse_sweep(tiny(spec))
+        simulate_partition(sweep, Plan(sweep)[0])
+    except Exception:  # noqa: BLE001 - an optimisation only (docstring)
+        pass
+
+
+def as_variable(spec: dict) -> str | None:
+    """`spec` as SPEC_VARIABLE's value, or None where it is not JSON or too long to pass."""
+    try:
+        text = json.dumps(spec)
+    except (TypeError, ValueError):
+        return None
+    return text if len(text) <= MAX_SPEC_CHARS else None
+
+
+if SPEC_VARIABLE in os.environ:  # the forkserver's preload (forkserver.start)
+    try:
+        load(json.loads(os.environ.pop(SPEC_VARIABLE)))
+    except ValueError:  # not ours: a forkserver that dies here would start no worker
+        pass
