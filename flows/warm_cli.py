@@ -38,6 +38,7 @@ from .server import state_dir
 
 IDLE_S = 3600.0
 SWEEP_COMMANDS = ("run", "rerun", "boundary")  # after these, a cold command leaves a host
+LAST_SPEC = "TOKENSWEEP_WARM_SPEC"  # the leaving command's last sweep, for the warm-up
 REQUEST_TIMEOUT_S = 10.0  # a client that connects and sends nothing holds the host no longer
 _PACKAGE = Path(__file__).resolve().parents[1]
 _SOURCES = ("__init__.py", "kernels", "pipeline", "flows")  # what the host imported from
@@ -119,6 +120,8 @@ def leave_host(argv: list[str], env: dict) -> None:
     if not enabled() or len(argv) < 2 or argv[1] not in SWEEP_COMMANDS or _answers():
         return
     state_dir().mkdir(parents=True, exist_ok=True)
+    spec = warm_kernels.last() and warm_kernels.as_variable(warm_kernels.last())
+    env = {**env, LAST_SPEC: spec} if spec else env
     with open(state_dir() / "warm-cli.log", "ab") as log:
         subprocess.Popen([sys.executable, "-m", "tokensweep.flows.warm_cli"], env=env,
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
@@ -157,11 +160,15 @@ def serve() -> None:
     except OSError:
         return  # another host runs, or starts, in this TOKENSWEEP_HOME
     started_env, stamp = read_on_import(os.environ), fingerprint()
+    try:
+        spec = json.loads(os.environ.pop(LAST_SPEC, "null"))
+    except ValueError:  # not ours: warm up on the default sweep alone
+        spec = None
     socket_path().unlink(missing_ok=True)  # one a host killed outright left
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(socket_path()))  # first: where sockets cannot be (some network file
     os.chmod(socket_path(), 0o600)     # systems) fail before the warm-up; this user's only
-    _warm_up()  # meanwhile a command finds the socket not listening, and runs cold
+    _warm_up(spec)  # meanwhile a command finds the socket not listening, and runs cold
     listener.listen(16)
     listener.settimeout(IDLE_S)
     (state_dir() / "warm-cli.pid").write_text(str(os.getpid()))  # ready
@@ -238,14 +245,16 @@ def _read_request(conn) -> tuple[dict, list[int]]:
     return request, fds
 
 
-def _warm_up() -> None:
+def _warm_up(spec: dict | None) -> None:
     """What a command would import and load: the CLI, the flow, Prefect's engines, the report's
-    modules and the default model's cached kernels; and a forkserver for local workers that has
-    them too (`forkserver.adopt`). No thread may be left running: each command is a fork of
-    this process."""
+    modules and the cached kernels of the default model and of `spec` (the last sweep of the
+    command that started this process); and a forkserver for local workers that has them too
+    (`forkserver.adopt`). No thread may be left running: each command is a fork of this
+    process."""
     from .run import start_worker_imports
 
-    start_worker_imports(warm_kernels.DEFAULT)  # with the thread caps a cold `run` sets
+    spec = spec if isinstance(spec, dict) else warm_kernels.DEFAULT
+    start_worker_imports(spec)  # with the thread caps a cold `run` sets
     import matplotlib
 
     matplotlib.use("Agg")
@@ -258,7 +267,8 @@ def _warm_up() -> None:
     from ..pipeline import report  # noqa: F401
     from . import cli, in_process, sweep  # noqa: F401
 
-    warm_kernels.load(warm_kernels.DEFAULT)
+    for sweep in (warm_kernels.DEFAULT, spec):
+        warm_kernels.load(sweep)  # the second is quick where it is the first
     _draw_a_figure()
 
 

@@ -7,7 +7,9 @@ partition (2.7 s each where two loaded at once on two cores). A fork of a proces
 one tiny partition of the same configuration has them loaded already.
 
 The forkserver can only be told module names to import, so it gets the sweep in the
-environment variable SPEC_VARIABLE, read and removed as it imports this module.
+environment variable SPEC_VARIABLE, read and removed as it imports this module. The warm process
+gets the last sweep of the command that started it (`remember`, `last`), so that its own
+forkserver has the kernels of the sweeps its user runs, not only the default model's.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import os
 
 SPEC_VARIABLE = "TOKENSWEEP_FORKSERVER_SPEC"
 MAX_SPEC_CHARS = 65536  # an environment variable is at most 128 kB on Linux
-# The warm process's guess before it knows any sweep: the default model's usual kernels
+_last: dict | None = None  # the sweep this process last ran (run.run_sweep)
+# The warm process's guess besides its user's last sweep: the default model's usual kernels
 DEFAULT = {"name": "warm-up", "model": "stochastic_transformer", "attention": "sa",
            "grid": {"beta": [1.0], "d": [3], "n": 2}, "trajectories": 1,
            "time": {"T": 1.0, "layers": 10, "checkpoints": 1}}
@@ -46,6 +49,15 @@ def load(spec: dict) -> None:
         simulate_partition(sweep, Plan(sweep)[0])
     except Exception:  # noqa: BLE001 - an optimisation only (docstring)
         pass
+
+
+def remember(spec: dict) -> None:
+    global _last
+    _last = spec
+
+
+def last() -> dict | None:
+    return _last
 
 
 def as_variable(spec: dict) -> str | None:

@@ -170,6 +170,10 @@ def test_a_cold_sweep_leaves_a_host_that_server_stop_stops(prefect_server, tmp_p
     assert f"run {spec} --store {tmp_path / 'b.zarr'}" in _served(home)
     xr.testing.assert_identical(output_cube(tmp_path / "a.zarr"), output_cube(tmp_path / "b.zarr"))
     pid = int((home / "warm-cli.pid").read_text())
+    # the host warmed up on the first command's sweep (its kernels, in it and its forkserver)
+    started_with = dict(line.split("=", 1) for line in
+                        Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in line)
+    assert json.loads(started_with["TOKENSWEEP_WARM_SPEC"])["name"] == ONE["name"]
     assert _run(env, "server", "stop", cwd=tmp_path).returncode == 0
     _wait_for(lambda: not (home / "warm-cli.sock").exists(), 30, "server stop left the host")
     _wait_for(lambda: not Path(f"/proc/{pid}").exists() or
