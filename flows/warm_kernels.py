@@ -27,23 +27,31 @@ DEFAULT = {"name": "warm-up", "model": "stochastic_transformer", "attention": "s
 
 
 def tiny(spec: dict) -> dict:
-    """`spec` cut to one trajectory and one layer per checkpoint: the same kernels, no work."""
-    time = dict(spec.get("time") or {})
-    checkpoints = time.get("checkpoints", 1)
-    count = checkpoints if isinstance(checkpoints, int) else len(checkpoints)
-    time.update(layers=count, checkpoints=count)
-    cut = {k: v for k, v in spec.items() if k not in ("store", "partition_traj")}
-    return {**cut, "trajectories": 1, "time": time}
+    """`spec` cut to one trajectory and one layer per checkpoint (or, with layers as a grid
+    axis, its smallest count alone): the same kernels, next to no work."""
+    time, grid = dict(spec.get("time") or {}), dict(spec.get("grid") or {})
+    if grid.get("layers"):
+        grid["layers"] = [min(grid["layers"])]
+        time.pop("layers", None)
+    else:
+        checkpoints = time.get("checkpoints", 1)
+        count = checkpoints if isinstance(checkpoints, int) else len(checkpoints)
+        time.update(layers=count, checkpoints=count)
+    cut = {k: v for k, v in spec.items() if k not in ("store", "partition_traj", "threads")}
+    return {**cut, "grid": grid, "trajectories": 1, "time": time}  # one thread: none left to a fork
 
 
 def load(spec: dict) -> None:
-    """Run the first partition of `tiny(spec)`, writing nothing. A spec it cannot cut (or any
-    other failure) loads nothing: the run itself meets and reports the same problem, and the
-    workers load their kernels as they go."""
+    """Run the first partition of `tiny(spec)`, writing nothing; not for a GPU sweep (the
+    workers and commands that fork from this process would lose the device). A spec it cannot
+    cut (or any other failure) loads nothing: the run itself meets and reports the same
+    problem, and the workers load their kernels as they go."""
     from ..pipeline.execute import simulate_partition
     from ..pipeline.plan import Plan
     from ..pipeline.spec import parse_sweep
 
+    if spec.get("device", "cpu") != "cpu":  # CUDA, once initialised, is lost to every fork
+        return
     try:
         sweep = parse_sweep(tiny(spec))
         simulate_partition(sweep, Plan(sweep)[0])

@@ -120,3 +120,23 @@ def test_a_fork_of_the_process_uses_its_forkserver_whose_workers_have_the_kernel
     assert "a worker's line" in log.read_text()
     assert "a worker's line" not in done.stderr
     assert seen["after_death"] == 0
+
+
+def test_every_catalog_sweep_cuts_to_a_tiny_one_with_its_configuration():
+    """warm_kernels.tiny: the sweep the forkserver and the warm process load kernels with is
+    each catalog sweep's model and options on one trajectory and a few layers."""
+    from pathlib import Path
+
+    from tokensweep.flows.warm_kernels import tiny
+    from tokensweep.pipeline.spec import load_sweep, parse_sweep
+
+    specs = sorted((Path(__file__).parents[1] / "catalog").glob("*.yaml"))
+    assert len(specs) > 20
+    for path in specs:
+        full = load_sweep(path)
+        cut = parse_sweep(tiny(full.model_dump(mode="json")))
+        assert cut.model == full.model and cut.trajectories == 1, path.name
+        assert cut.time.layers <= max(full.time.checkpoint_layers), path.name
+        kept = {k for k in type(full).model_fields if k not in ("grid", "time", "trajectories", "threads",
+                                                                  "store", "partition_traj")}
+        assert {k: getattr(cut, k) for k in kept} == {k: getattr(full, k) for k in kept}, path.name
