@@ -9,8 +9,9 @@ One run on a GPU machine prints, and writes to --out as bench_sphere_gpu.json an
 2. float32 against float64 on the device: per-trajectory differences and the statistics (mean
    and standard error of the final overlap min, frac_close, energy, P(one cluster));
 3. speed, particle-steps/s (trajectories x n x layers / s): the device's steps alone
-   (synchronised), a whole call with one checkpoint (starts drawn on the host, upload, steps,
-   outcomes), a call with the catalog's 60 checkpoints recorded on 1 and on all host threads,
+   (synchronised), the same step jit-compiled in JAX on JAX's default device (the GPU where
+   jax has CUDA; left out where jax is not installed), a whole call with one checkpoint
+   (starts drawn on the host, upload, steps, outcomes), a call with the catalog's 60 checkpoints recorded on 1 and on all host threads,
    and the CPU kernel on one core on fewer trajectories (rates scale linearly in them): n = 32
    with 2048 trajectories at d in {2, 32, 128, 512, 1024} (whole calls on both sides), then
    n = 256 and 1024 at d = 128 and 512 (the CPU kernel's steps alone, and no whole call at
@@ -32,6 +33,7 @@ import os
 
 for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # the CPU kernel on one core, as on a sweep's worker
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX beside torch on one GPU
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -200,6 +202,28 @@ def step_rate(bench, n, d, count, layers, precision, attention="sa"):
     return count * n * layers / (time.perf_counter() - t0)
 
 
+def jax_step_rate(n, d, count, layers, precision):
+    """Particle-steps/s of the same step jit-compiled in JAX on JAX's default device (the GPU
+    where jax has CUDA): `bench_sphere_flow.jax_runner`, what a JAX user would write (einsum
+    Gram, jax.nn.softmax, projection, retraction, lax.scan over the layers, at the full d);
+    starts on the device, compilation excluded. None where jax is not installed."""
+    try:
+        import jax
+    except ImportError:
+        return None
+    import bench_sphere_flow  # noqa: E402 (beside this script; sets one CPU thread for XLA)
+
+    jax.config.update("jax_enable_x64", True)
+    dtype = np.float32 if precision == "float32" else np.float64
+    x = np.random.default_rng(0).standard_normal((count, n, d))
+    x = jax.device_put((x / np.linalg.norm(x, axis=2, keepdims=True)).astype(dtype))
+    run = bench_sphere_flow.jax_runner(layers)
+    run(x).block_until_ready()  # compile
+    t0 = time.perf_counter()
+    run(x).block_until_ready()
+    return count * n * layers / (time.perf_counter() - t0)
+
+
 def cpu_step_rate(n, d, count, layers):
     """Particle-steps/s of the CPU kernel's steps alone (`sphere_symmetric.euler_step_t`, one
     call per step: for large n, where a step takes milliseconds)."""
@@ -230,6 +254,7 @@ def speed_case(bench, n, d, count, cpu_count, layers, precision, checkpoints60, 
     row = dict(n=n, d=d, precision=precision, trajectories=count, layers=layers,
                cpu_trajectories=cpu_count, threads=threads)
     row["steps"] = step_rate(bench, n, d, count, layers, precision)
+    row["jax_steps"] = jax_step_rate(n, d, count, layers, precision)
     if whole:
         bench.run(min(count, 4), True, **flow(n, d, 2, (2,), precision=precision))  # warm-up
         _, wall = bench.run(count, True, **flow(n, d, layers, (layers,), precision=precision,
@@ -265,12 +290,12 @@ def speed(bench, size, quick):
         row = speed_case(bench, n_, d, count, cpu_count, lay, precision, ck60, whole)
         rows.append(row)
         log(f"{name}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()
-                                    if k in RATES or k.startswith("call60")) +
+                                    if (k in RATES and v is not None) or k.startswith("call60")) +
             " particle-steps/s")
     return rows
 
 
-RATES = ("steps", "call", "cpu_call", "cpu_steps")
+RATES = ("steps", "jax_steps", "call", "cpu_call", "cpu_steps")
 
 
 def environment(bench):
@@ -282,6 +307,12 @@ def environment(bench):
                device=str(bench.device), host=platform.node(), processor=platform.processor())
     if bench.device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(bench.device)
+    try:
+        import jax
+
+        env["jax"], env["jax_device"] = jax.__version__, str(jax.devices()[0])
+    except ImportError:
+        env["jax"] = None
     return env
 
 
@@ -320,10 +351,13 @@ def markdown(result):
               "number in brackets); the CPU kernel on one core: a whole call with one "
               "checkpoint (n = 32) or its steps alone (large n); host share: the part of the "
               "60-checkpoint call (all threads; else the one-checkpoint call) not spent in "
-              "device steps:", "",
-              "| n | d | precision | traj | layers | device steps | call, 1 ck | 60 ck, 1 thread"
-              " | 60 ck, all threads | host share | CPU call | CPU steps | device / CPU |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "device steps; JAX: the same step jit-compiled in JAX on "
+              f"{env.get('jax_device') or 'no device (jax not installed)'} at the full d, steps "
+              "alone, and the device steps over it:", "",
+              "| n | d | precision | traj | layers | device steps | JAX steps | device / JAX | "
+              "call, 1 ck | 60 ck, 1 thread | 60 ck, all threads | host share | CPU call | "
+              "CPU steps | device / CPU |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["speed"]:
         t = r["threads"]
         all_threads = r.get(f"call60_threads{t}")
@@ -331,9 +365,11 @@ def markdown(result):
         share = None if slowest is None else 1.0 - slowest / r["steps"]
         cpu = r.get("cpu_call") or r.get("cpu_steps")
         ratio = None if cpu is None else (r["call"] if "cpu_call" in r else r["steps"]) / cpu
-        text = [_e(v) for v in (r["steps"], r.get("call"), r.get("call60_threads1"),
-                                all_threads)]
-        text[3] += f" ({t})" if all_threads is not None else ""
+        jax_rate = r.get("jax_steps")
+        text = [_e(v) for v in (r["steps"], jax_rate)]
+        text.append("-" if jax_rate is None else f"{r['steps'] / jax_rate:.1f}")
+        text += [_e(v) for v in (r.get("call"), r.get("call60_threads1"), all_threads)]
+        text[5] += f" ({t})" if all_threads is not None else ""
         text += ["-" if share is None else f"{100 * share:.0f} %", _e(r.get("cpu_call")),
                  _e(r.get("cpu_steps")), "-" if ratio is None else f"{ratio:.1f}"]
         lines.append(f"| {r['n']} | {r['d']} | {r['precision']} | {r['trajectories']} | "
