@@ -90,13 +90,20 @@ class Bench:
             return False
         return True
 
-    def run(self, count, on_device, **kw):
-        """(outputs, wall seconds) of simulate_sphere_flow on the device or the CPU kernel."""
+    def run(self, count, on_device, graphs=True, **kw):
+        """(outputs, wall seconds) of simulate_sphere_flow on the device or the CPU kernel;
+        graphs=False: the device's steps eager, not replayed from a CUDA graph."""
+        from tokensweep.kernels import sphere_torch
+
         extra = {"device": self.device} if on_device else {}
         self.sync()
-        t0 = time.perf_counter()
-        out = self.simulate(rngs(count), **kw, **extra)
-        self.sync()
+        sphere_torch.USE_GRAPHS = graphs
+        try:
+            t0 = time.perf_counter()
+            out = self.simulate(rngs(count), **kw, **extra)
+            self.sync()
+        finally:
+            sphere_torch.USE_GRAPHS = True
         return out, time.perf_counter() - t0
 
 
@@ -126,8 +133,10 @@ def verification(bench, size):
         kw = flow(n, d, layers, ckpts, attention, value, states=True)
         cpu, t_cpu = bench.run(count, False, **kw)
         gpu, t_gpu = bench.run(count, True, **kw)
+        eager = bench.run(count, True, graphs=False, **kw)[0]
         row = dict(n=n, d=d, attention=attention, value=value, trajectories=count,
                    state=deviation(cpu, gpu, "states"),
+                   graph_eager=deviation(eager, gpu, "states"),
                    overlap=max(deviation(cpu, gpu, k) for k in ("overlap_min", "overlap_max")),
                    energy=deviation(cpu, gpu, "energy"),
                    frac_close=deviation(cpu, gpu, "frac_close"),
@@ -138,7 +147,7 @@ def verification(bench, size):
                    nonfinite=(int(cpu["nonfinite"].sum()), int(gpu["nonfinite"].sum())),
                    cpu_s=t_cpu, gpu_s=t_gpu)
         rows.append(row)
-        log(f"{name}: state {row['state']:.1e}, overlaps {row['overlap']:.1e}, energy "
+        log(f"{name}: state {row['state']:.1e} (graph vs eager {row['graph_eager']:.1e}), overlaps {row['overlap']:.1e}, energy "
             f"{row['energy']:.1e}, frac_close {row['frac_close']:.1e}, same class "
             f"{row['same_class']:.4f}, same count {row['same_count']:.4f}, nonfinite "
             f"{row['nonfinite']} (CPU {t_cpu:.2f} s, device {t_gpu:.2f} s)")
@@ -182,8 +191,9 @@ def float32_statistics(bench, size):
     return rows
 
 
-def step_rate(bench, n, d, count, layers, precision, attention="sa"):
-    """Particle-steps/s of the device steps alone (starts on the device, synchronised)."""
+def step_rate(bench, n, d, count, layers, precision, attention="sa", graphs=True):
+    """Particle-steps/s of the device steps alone (starts on the device, synchronised); replayed
+    from a CUDA graph (`sphere_torch.GraphStep`) or, graphs=False, eager."""
     from tokensweep.kernels import sphere_torch
 
     torch = bench.torch
@@ -191,13 +201,14 @@ def step_rate(bench, n, d, count, layers, precision, attention="sa"):
     m = min(n, d)  # d > n runs in the span of the start
     x = torch.randn(count, n, m, dtype=torch.float64, device=bench.device)
     x = (x / torch.linalg.vector_norm(x, dim=2, keepdim=True)).to(dtype)
-    usa = attention == "usa"
+    args = (0.1, 1.0, attention == "usa", False, 1.0, 0.0, False)
     for _ in range(2):  # warm-up
-        x = sphere_torch.euler_step(x, 0.1, 1.0, usa, False, 1.0, 0.0, False)
+        x = sphere_torch.euler_step(x, *args)
+    step = sphere_torch.GraphStep(x, *args) if graphs else lambda: sphere_torch.euler_step(x, *args)
     bench.sync()
     t0 = time.perf_counter()
     for _ in range(layers):
-        x = sphere_torch.euler_step(x, 0.1, 1.0, usa, False, 1.0, 0.0, False)
+        x = step()
     bench.sync()
     return count * n * layers / (time.perf_counter() - t0)
 
@@ -253,7 +264,9 @@ def speed_case(bench, n, d, count, cpu_count, layers, precision, checkpoints60, 
     particles = count * n * layers
     row = dict(n=n, d=d, precision=precision, trajectories=count, layers=layers,
                cpu_trajectories=cpu_count, threads=threads)
-    row["steps"] = step_rate(bench, n, d, count, layers, precision)
+    row["steps"] = step_rate(bench, n, d, count, layers, precision,
+                             graphs=bench.device.type == "cuda")
+    row["eager_steps"] = step_rate(bench, n, d, count, layers, precision, graphs=False)
     row["jax_steps"] = jax_step_rate(n, d, count, layers, precision)
     if whole:
         bench.run(min(count, 4), True, **flow(n, d, 2, (2,), precision=precision))  # warm-up
@@ -295,7 +308,7 @@ def speed(bench, size, quick):
     return rows
 
 
-RATES = ("steps", "jax_steps", "call", "cpu_call", "cpu_steps")
+RATES = ("steps", "eager_steps", "jax_steps", "call", "cpu_call", "cpu_steps")
 
 
 def environment(bench):
@@ -327,14 +340,17 @@ def markdown(result):
              f"(torch {env['torch']}, CUDA {env['torch_cuda']}, {env['cpus']} CPUs; CPU kernel "
              f"on one core of the same machine), {time.strftime('%Y-%m-%d')}.", "",
              "Verification, device float64 against the CPU kernel (same Generators; max |diff|"
-             " over trajectories and checkpoints):", "",
+             " over trajectories and checkpoints; graph vs eager: the states of the device's "
+             "CUDA-graph steps against its eager steps):", "",
              "| n | d | attention | V | traj | states | overlaps | energy | frac_close | "
-             "same class | same count |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "same class | same count | graph vs eager |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["verification"]:
         lines.append(f"| {r['n']} | {r['d']} | {r['attention']} | "
                      f"{'-I' if r['value'] != 'identity' else 'I'} | {r['trajectories']} | "
                      f"{r['state']:.1e} | {r['overlap']:.1e} | {r['energy']:.1e} | "
-                     f"{r['frac_close']:.1e} | {r['same_class']:.4f} | {r['same_count']:.4f} |")
+                     f"{r['frac_close']:.1e} | {r['same_class']:.4f} | {r['same_count']:.4f} | "
+                     f"{r['graph_eager']:.1e} |")
     lines += ["", "float32 against float64 on the device (final checkpoint; mean, and the "
               "difference in standard errors z):", "",
               "| n | d | attention | traj | max overlap diff | same class | overlap_min (z) | "
@@ -345,7 +361,9 @@ def markdown(result):
                            for k in ("overlap_min", "frac_close", "energy", "p_single"))
         lines.append(f"| {r['n']} | {r['d']} | {r['attention']} | {r['trajectories']} | "
                      f"{r['overlap_dev']:.1e} | {r['same_class']:.4f} | {cells} |")
-    lines += ["", "Speed, particle-steps/s (SA, beta = 1, h = 0.1): the device's steps alone; "
+    lines += ["", "Speed, particle-steps/s (SA, beta = 1, h = 0.1): the device's steps alone "
+              "(each replayed from a CUDA graph, as the path runs them; eager: launched one "
+              "kernel at a time, as before the graphs); "
               "a whole call with one checkpoint (host starts, upload, steps, outcomes on all "
               "host threads), and with 60 checkpoints recorded on 1 / all host threads (their "
               "number in brackets); the CPU kernel on one core: a whole call with one "
@@ -354,10 +372,11 @@ def markdown(result):
               "device steps; JAX: the same step jit-compiled in JAX on "
               f"{env.get('jax_device') or 'no device (jax not installed)'} at the full d, steps "
               "alone, and the device steps over it:", "",
-              "| n | d | precision | traj | layers | device steps | JAX steps | device / JAX | "
+              "| n | d | precision | traj | layers | device steps | eager steps | JAX steps | "
+              "device / JAX | "
               "call, 1 ck | 60 ck, 1 thread | 60 ck, all threads | host share | CPU call | "
               "CPU steps | device / CPU |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["speed"]:
         t = r["threads"]
         all_threads = r.get(f"call60_threads{t}")
@@ -366,10 +385,10 @@ def markdown(result):
         cpu = r.get("cpu_call") or r.get("cpu_steps")
         ratio = None if cpu is None else (r["call"] if "cpu_call" in r else r["steps"]) / cpu
         jax_rate = r.get("jax_steps")
-        text = [_e(v) for v in (r["steps"], jax_rate)]
+        text = [_e(v) for v in (r["steps"], r.get("eager_steps"), jax_rate)]
         text.append("-" if jax_rate is None else f"{r['steps'] / jax_rate:.1f}")
         text += [_e(v) for v in (r.get("call"), r.get("call60_threads1"), all_threads)]
-        text[5] += f" ({t})" if all_threads is not None else ""
+        text[6] += f" ({t})" if all_threads is not None else ""
         text += ["-" if share is None else f"{100 * share:.0f} %", _e(r.get("cpu_call")),
                  _e(r.get("cpu_steps")), "-" if ratio is None else f"{ratio:.1f}"]
         lines.append(f"| {r['n']} | {r['d']} | {r['precision']} | {r['trajectories']} | "
