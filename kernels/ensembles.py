@@ -101,6 +101,17 @@ def shape_start(kind, x):
 
 
 @njit(nogil=True, cache=True)
+def fill_normals(rng, out):
+    """out (n, d) <- n*d standard normals from rng, row-major: the numbers
+    rng.standard_normal(out=out) would draw, without holding the GIL (threads draw at once)."""
+    n, d = out.shape
+    z = rng.standard_normal(n * d)
+    for i in range(n):
+        for k in range(d):
+            out[i, k] = z[i * d + k]
+
+
+@njit(nogil=True, cache=True)
 def draw_start(rng, kind, x):
     """Fill x (n, d) with a start of the given kind (module docstring); False if degenerate.
     Draws n*d standard normals, row-major: the same numbers as rng.standard_normal((n, d))."""

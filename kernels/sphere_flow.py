@@ -332,14 +332,17 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
         if not np.all(np.abs(np.linalg.norm(x0, axis=2) - 1.0) <= 1e-12):
             raise ValueError("x0 has rows off the unit sphere: normalise them (`kernels/starts.py` does)")
 
-    def starts(r0, r1):  # the block's starts: normals drawn here (`draw_start`'s), or given ones
-        return start_normals(rngs, r0, r1, n, d) if x0 is None else x0[r0:r1].copy()
+    on_torch = not (isinstance(device, str) and device == "cpu")
+
+    def starts(r0, r1):  # the block's starts: normals drawn here (`draw_start`'s), or given ones;
+        # the GPU path asks for a whole device batch: drawn on its `threads` host threads
+        return (start_normals(rngs, r0, r1, n, d, threads if on_torch else 1) if x0 is None
+                else x0[r0:r1].copy())
     q_kind, k_kind, v_kind = kinds
     kinds = (*kinds, SCALING_CODES[ensemble_scaling])
     fixed = (q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq
              and layer_arg[1] == 0.0 and layer_norm == "post")
     args = (h, layers, ckpt, times)
-    on_torch = not (isinstance(device, str) and device == "cpu")
     if on_torch and not (fixed and symmetric.applies(codes[0], par, heads)):
         raise ValueError(f"device = {device!r} runs retraction Euler with SA / USA, Q = K = I, "
                          "V = +-I, one head, beta >= 0, nothing time-varying, noisy or turning, "

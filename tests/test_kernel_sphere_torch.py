@@ -206,3 +206,24 @@ def test_importing_the_kernels_does_not_import_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_start_normals_on_threads_are_numpys_numbers():
+    """blocks.start_normals on host threads (the GPU path's starts: a numba draw that lets go
+    of the GIL) gives each trajectory the normals numpy draws from its Generator, and leaves
+    each Generator where numpy's draw would."""
+    from tokensweep.kernels.blocks import start_normals
+
+    def generators():
+        return [np.random.default_rng([11, r]) for r in range(40)]
+
+    from tokensweep.kernels import blocks
+
+    n, d = 8, blocks.PARALLEL_DRAW_MIN // 8  # threads draw from this size on
+    one, many = generators(), generators()
+    z1 = start_normals(one, 3, 37, n, d)
+    z4 = start_normals(many, 3, 37, n, d, threads=4)
+    reference = generators()
+    expected = np.stack([reference[r].standard_normal((n, d)) for r in range(3, 37)])
+    assert np.array_equal(z1, expected) and np.array_equal(z4, expected)
+    assert [g.random() for g in many] == [g.random() for g in reference]
