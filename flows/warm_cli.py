@@ -120,7 +120,7 @@ def leave_host(argv: list[str], env: dict) -> None:
     if not enabled() or len(argv) < 2 or argv[1] not in SWEEP_COMMANDS or _answers():
         return
     state_dir().mkdir(parents=True, exist_ok=True)
-    spec = warm_kernels.last() and warm_kernels.as_variable(warm_kernels.last())
+    spec = warm_kernels.last_spec and warm_kernels.as_variable(warm_kernels.last_spec)
     env = {**env, LAST_SPEC: spec} if spec else env
     with open(state_dir() / "warm-cli.log", "ab") as log:
         subprocess.Popen([sys.executable, "-m", "tokensweep.flows.warm_cli"], env=env,
@@ -160,10 +160,7 @@ def serve() -> None:
     except OSError:
         return  # another host runs, or starts, in this TOKENSWEEP_HOME
     started_env, stamp = read_on_import(os.environ), fingerprint()
-    try:
-        spec = json.loads(os.environ.pop(LAST_SPEC, "null"))
-    except ValueError:  # not ours: warm up on the default sweep alone
-        spec = None
+    spec = warm_kernels.from_variable(LAST_SPEC) or warm_kernels.DEFAULT
     socket_path().unlink(missing_ok=True)  # one a host killed outright left
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(socket_path()))  # first: where sockets cannot be (some network file
@@ -245,7 +242,7 @@ def _read_request(conn) -> tuple[dict, list[int]]:
     return request, fds
 
 
-def _warm_up(spec: dict | None) -> None:
+def _warm_up(spec: dict) -> None:
     """What a command would import and load: the CLI, the flow, Prefect's engines, the report's
     modules and the cached kernels of the default model and of `spec` (the last sweep of the
     command that started this process); and a forkserver for local workers that has them too
@@ -253,7 +250,6 @@ def _warm_up(spec: dict | None) -> None:
     process."""
     from .run import start_worker_imports
 
-    spec = spec if isinstance(spec, dict) else warm_kernels.DEFAULT
     start_worker_imports(spec)  # with the thread caps a cold `run` sets
     import matplotlib
 
@@ -267,8 +263,9 @@ def _warm_up(spec: dict | None) -> None:
     from ..pipeline import report  # noqa: F401
     from . import cli, in_process, sweep  # noqa: F401
 
-    for sweep in (warm_kernels.DEFAULT, spec):
-        warm_kernels.load(sweep)  # the second is quick where it is the first
+    warm_kernels.load(warm_kernels.DEFAULT)
+    if spec is not warm_kernels.DEFAULT:
+        warm_kernels.load(spec)
     _draw_a_figure()
 
 

@@ -8,8 +8,8 @@ one tiny partition of the same configuration has them loaded already.
 
 The forkserver can only be told module names to import, so it gets the sweep in the
 environment variable SPEC_VARIABLE, read and removed as it imports this module. The warm process
-gets the last sweep of the command that started it (`remember`, `last`), so that its own
-forkserver has the kernels of the sweeps its user runs, not only the default model's.
+gets the last sweep of the command that started it (`last_spec`, in warm_cli.LAST_SPEC), so that
+its own forkserver has the kernels of the sweeps its user runs, not only the default model's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import os
 
 SPEC_VARIABLE = "TOKENSWEEP_FORKSERVER_SPEC"
 MAX_SPEC_CHARS = 65536  # an environment variable is at most 128 kB on Linux
-_last: dict | None = None  # the sweep this process last ran (run.run_sweep)
+last_spec: dict | None = None  # the sweep this process last ran (set by run.run_sweep)
 # The warm process's guess besides its user's last sweep: the default model's usual kernels
 DEFAULT = {"name": "warm-up", "model": "stochastic_transformer", "attention": "sa",
            "grid": {"beta": [1.0], "d": [3], "n": 2}, "trajectories": 1,
@@ -59,17 +59,9 @@ def load(spec: dict) -> None:
         pass
 
 
-def remember(spec: dict) -> None:
-    global _last
-    _last = spec
-
-
-def last() -> dict | None:
-    return _last
-
-
 def as_variable(spec: dict) -> str | None:
-    """`spec` as SPEC_VARIABLE's value, or None where it is not JSON or too long to pass."""
+    """`spec` as an environment variable's value (for `from_variable` in a child process), or
+    None where it is not JSON or too long to pass."""
     try:
         text = json.dumps(spec)
     except (TypeError, ValueError):
@@ -77,8 +69,17 @@ def as_variable(spec: dict) -> str | None:
     return text if len(text) <= MAX_SPEC_CHARS else None
 
 
-if SPEC_VARIABLE in os.environ:  # the forkserver's preload (forkserver.start)
+def from_variable(name: str) -> dict | None:
+    """The sweep `as_variable` put in the environment variable `name`, removed from this
+    process's environment (its own forks need not see it); None where there is none, or not
+    ours (a process that fails here would warm up nothing, or start no worker)."""
     try:
-        load(json.loads(os.environ.pop(SPEC_VARIABLE)))
-    except ValueError:  # not ours: a forkserver that dies here would start no worker
-        pass
+        spec = json.loads(os.environ.pop(name, "null"))
+    except ValueError:
+        return None
+    return spec if isinstance(spec, dict) else None
+
+
+_forkserver_spec = from_variable(SPEC_VARIABLE)
+if _forkserver_spec is not None:  # the forkserver's preload (forkserver.start)
+    load(_forkserver_spec)

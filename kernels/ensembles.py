@@ -115,11 +115,7 @@ def fill_normals(rng, out):
 def draw_start(rng, kind, x):
     """Fill x (n, d) with a start of the given kind (module docstring); False if degenerate.
     Draws n*d standard normals, row-major: the same numbers as rng.standard_normal((n, d))."""
-    n, d = x.shape
-    z = rng.standard_normal(n * d)
-    for i in range(n):
-        for k in range(d):
-            x[i, k] = z[i * d + k]
+    fill_normals(rng, x)
     return shape_start(kind, x)
 
 
