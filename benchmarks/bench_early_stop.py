@@ -1,10 +1,13 @@
 """Early stopping (stop_when_resolved) on the [F26] Fig. 3 grid: bias against full runs, and speed.
 
 Run:  python benchmarks/bench_early_stop.py [--trajectories 400] [--windows 1 2 3] [--threads 2]
-      (full grid, 400 trajectories per cell: about 5 minutes on 2 cores; --quick: 3 cells)
+          [--scale paper|small] [--quick]
+      (the paper's grid, 400 trajectories per cell: a few minutes on 2 cores; --scale small: the
+      catalog's CI grid, seconds; --quick: 3 cells)
 
-The spec is catalog/fedorov2026-fig3.yaml (two tokens, SA, d in {3, 4, 5, 6, 8}, beta 0..3,
-T = 100, h = 0.01, 20 checkpoints) with fewer trajectories, run through the model plug-in once
+The spec is catalog/fedorov2026-fig3.yaml at `--scale` (paper: two tokens, SA, d in
+{3, 4, 5, 6, 8}, 31 beta in [0, 3], T = 100, h = 0.01, 20 checkpoints; small: d in {3, 5, 8},
+7 beta, T = 30, 6 checkpoints) with fewer trajectories, run through the model plug-in once
 in full and once per window with early stopping; the streams are the pipeline's (seed, cell,
 trajectory), so the runs are paired trajectory by trajectory. One table, one row per window:
 
@@ -50,23 +53,27 @@ def main():
     ap.add_argument("--trajectories", type=int, default=400)
     ap.add_argument("--windows", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--scale", choices=["paper", "small"], default="paper")
     ap.add_argument("--quick", action="store_true", help="3 cells only (a smoke test)")
     args = ap.parse_args()
     ntraj = args.trajectories
-    sweep = load_sweep(SPEC, trajectories=ntraj, partition_traj=ntraj)
+    scale = None if args.scale == "small" else args.scale
+    sweep = load_sweep(SPEC, scale, trajectories=ntraj, partition_traj=ntraj)
     sweep = sweep.model_copy(update={"threads": args.threads})
     cells = [dict(zip(sweep.axes, values)) for values in itertools.product(*sweep.axes.values())]
     if args.quick:
-        cells = [c for c in cells if c["beta"] in (0.0, 1.5, 3.0) and c["d"] == 4]
+        d0 = sweep.axes["d"][0]
+        cells = [c for c in cells if c["beta"] in (0.0, 1.5, 3.0) and c["d"] == d0]
     # warm-up (compile or load the kernels) outside the timings
     run_grid(sweep.model_copy(update={"stop_when_resolved": True}), cells[:1], 2)
     run_grid(sweep, cells[:1], 2)
     full, t_full = run_grid(sweep, cells, ntraj)
     p_full = (full == ANTIPODAL).mean(axis=1)
     away = np.array([c["beta"] >= theory.beta_c(c["d"]) + 0.2 - 1e-9 for c in cells])
-    print(f"{SPEC.name}: {len(cells)} cells x {ntraj} trajectories, T = {sweep.time.T}, "
-          f"layers = {sweep.time.layers}, {len(sweep.time.checkpoint_layers)} checkpoints, "
-          f"threads = {args.threads}; full run {t_full:.1f} s")
+    print(f"{SPEC.name} ({args.scale}): {len(cells)} cells x {ntraj} trajectories, "
+          f"T = {sweep.time.T}, layers = {sweep.time.layers}, "
+          f"{len(sweep.time.checkpoint_layers)} checkpoints, threads = {args.threads}; "
+          f"full run {t_full:.1f} s")
     head = (f"{'window':>6} {'span (t)':>8} | {'max |dP|':>8} {'at (d, beta)':>13} {'SE there':>8} "
             f"{'away from beta_c':>16} {'mean |dP|':>9} | {'changed':>8} | {'time (s)':>8} "
             f"{'speed-up':>8}")

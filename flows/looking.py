@@ -62,25 +62,36 @@ def catalog(scale: Optional[str] = ScaleOpt):
 
 
 def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
-    """Seconds per trajectory per layer in the sweep's first cell, on this core.
+    """Seconds per trajectory per layer on this core: the mean over the sweep's first and last
+    partitions (the ends of every axis: the cost of a step grows with d and n, and a checkpoint's
+    with n), with the spec's checkpoints per layer (recording a checkpoint can cost more than a
+    step: [GLPR-P] Fig. 3 at the paper's scale records one every layer).
 
     A warm-up call first (it compiles the kernel, or loads it from numba's cache), then a few
-    trajectories of the first partition over more and more layers (the spec's step h) until
-    one call takes `target_s` or covers every layer.
+    trajectories of the partition over more and more layers (the spec's step h) until one call
+    takes `target_s` or covers every layer.
     """
     from ..pipeline.models import get_model
     from ..pipeline.plan import Plan
-    from ..pipeline.seeds import trajectory_rngs
 
     for key in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(key, "1")  # as on a worker: one thread per partition
     model, plan = get_model(sweep.model), Plan(sweep)
-    part = plan[0]
+    ends = [plan[0]] if len(plan) == 1 else [plan[0], plan[len(plan) - 1]]
+    rates = [_seconds_per_layer(sweep, model, plan, part, target_s) for part in ends]
+    return float(np.mean(rates)), " .. ".join(plan.label(part) for part in ends)
+
+
+def _seconds_per_layer(sweep, model, plan, part, target_s: float) -> float:
+    from ..pipeline.seeds import trajectory_rngs
+
     coords = plan.coords(part)
+    per_layer = len(sweep.time.checkpoint_layers) / sweep.time.layers
 
     def seconds(ntraj: int, layers: int) -> float:
+        checkpoints = min(layers, max(1, round(per_layer * layers)))
         short_time = sweep.time.model_copy(
-            update={"T": sweep.time.h * layers, "layers": layers, "checkpoints": 1})
+            update={"T": sweep.time.h * layers, "layers": layers, "checkpoints": checkpoints})
         short = sweep.model_copy(update={"time": short_time})
         cell = {**coords, "layers": layers} if "layers" in coords else coords  # a layers axis
         rngs = trajectory_rngs(sweep.seed, cell, range(ntraj))
@@ -92,7 +103,7 @@ def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
     ntraj, layers = min(part.traj_stop - part.traj_start, 4), min(sweep.time.layers, 10)
     while (elapsed := seconds(ntraj, layers)) < target_s and layers < sweep.time.layers:
         layers = min(sweep.time.layers, layers * 10)
-    return elapsed / (ntraj * layers), plan.label(part)
+    return elapsed / (ntraj * layers)
 
 
 def _duration(seconds: float) -> str:
