@@ -1,9 +1,11 @@
 """[GLPR-P] Fig. 3 at the paper's size: what it costs, and a part of it run here.
 
 The paper: SA, Q = K = V = I, n = 32, d in {2, 8, 32, 128, 512, 1024}, 2048 draws per cell,
-beta in linspace(0.1, 9, 90), retraction Euler h = 0.1 to T = 30 (300 steps), here with the
-catalog's 60 checkpoints (catalog/geshkovski2023-fig3.yaml: frac_close, cluster count, energy,
-hemisphere test every 0.5). 90 x 2048 = 184,320 trajectories per d, 1.1e6 in all.
+beta in linspace(0.1, 9, 90), retraction Euler h = 0.1 to T = 30 (300 steps). The sizes and the
+checkpoints are those of `tokensweep run geshkovski2023-fig3 --scale paper` (the catalog spec's
+paper scale: frac_close, cluster count, energy, hemisphere test at every one of the 300 layers;
+`--checkpoints 60`: every 0.5, as at the small scale). 90 x 2048 = 184,320 trajectories per d,
+1.1e6 in all.
 
 1. Per d, the kernel (`simulate_sphere_flow`, one thread) integrates `--probe` trajectories at
    beta = 0.1, 4.5 and 9 with the paper's settings; CPU seconds per trajectory (the process's
@@ -16,10 +18,11 @@ hemisphere test every 0.5). 90 x 2048 = 184,320 trajectories per d, 1.1e6 in all
 3. `--run 2,8`: those d at full size (every beta of `--betas`, default all 90, x 2048 draws),
    cell by cell, each cell's trajectories on `--threads` numba threads (`run_blocks`): the wall
    time and the CPU time, beside the projection for the same part.
-`--write-spec PATH`: the paper-scale spec as YAML (the catalog's fig3 spec with the paper's
-grid, validated by `parse_sweep`), for `tokensweep run PATH`.
+`--write-spec PATH`: the paper-scale spec as YAML (the catalog's fig3 spec at its paper scale,
+with `--checkpoints`), for `tokensweep run PATH`.
 
-    python benchmarks/bench_fig3_paper.py [--probe 32] [--run 2,8] [--betas 90] [--threads 2]
+    python benchmarks/bench_fig3_paper.py [--probe 32] [--checkpoints 300] [--run 2,8]
+        [--betas 90] [--threads 2]
 """
 
 import os
@@ -35,36 +38,36 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 from tokensweep.kernels.sphere_flow import simulate_sphere_flow  # noqa: E402
+from tokensweep.pipeline.spec import load_sweep, parse_sweep, read_spec  # noqa: E402
 
-N = 32
-DIMS = (2, 8, 32, 128, 512, 1024)
-BETAS = np.linspace(0.1, 9.0, 90)
-DRAWS = 2048
-T, LAYERS, CHECKPOINTS = 30.0, 300, 60
-PROBE_BETAS = (0.1, 4.5, 9.0)
 CATALOG = Path(__file__).resolve().parent.parent / "catalog" / "geshkovski2023-fig3.yaml"
+PAPER = load_sweep(CATALOG, "paper")
+N = PAPER.axes["n"][0]
+DIMS = tuple(PAPER.axes["d"])
+BETAS = np.asarray(PAPER.axes["beta"])
+DRAWS = PAPER.trajectories
+T, LAYERS = PAPER.time.T, PAPER.time.layers
+PROBE_BETAS = (0.1, 4.5, 9.0)
 
 
-def paper_spec():
-    """The catalog's fig3 spec with the paper's grid and draws (validated)."""
-    from tokensweep.pipeline.spec import parse_sweep
-
-    data = yaml.safe_load(CATALOG.read_text())
-    data.update(name="geshkovski2023-fig3-paper", trajectories=DRAWS,
-                store="results/geshkovski2023-fig3-paper.zarr",
-                grid={"beta": {"start": 0.1, "stop": 9.0, "num": 90}, "d": list(DIMS), "n": N},
-                time={"T": T, "layers": LAYERS, "checkpoints": CHECKPOINTS})
+def paper_spec(checkpoints):
+    """The catalog's fig3 spec at its paper scale, with `checkpoints` (validated)."""
+    data = read_spec(CATALOG, "paper")
+    data.update(store="results/geshkovski2023-fig3-paper.zarr",
+                time={**data["time"], "checkpoints": checkpoints})
     parse_sweep(data)
     return data
 
 
-def run_cell(d, beta, ntraj, seed, threads=1):
-    """One cell's trajectories (the paper's settings); returns (CPU s, wall s)."""
+def run_cell(d, beta, ntraj, seed, checkpoints, threads=1):
+    """One cell's trajectories (the paper's settings, `checkpoints` equally spaced); returns
+    (CPU s, wall s)."""
     rngs = [np.random.default_rng([seed, i]) for i in range(ntraj)]
-    ckpt = np.arange(1, CHECKPOINTS + 1) * (LAYERS // CHECKPOINTS)
+    ckpt = np.arange(1, checkpoints + 1) * LAYERS // checkpoints
     c0, w0 = time.process_time(), time.perf_counter()
     out = simulate_sphere_flow(rngs, n=N, d=d, beta=float(beta), T=T, layers=LAYERS,
-                               checkpoint_layers=ckpt, delta=1e-3, eps=1e-3, threads=threads)
+                               checkpoint_layers=ckpt, delta=PAPER.delta, eps=PAPER.eps,
+                               threads=threads)
     assert not out["nonfinite"].any()
     return time.process_time() - c0, time.perf_counter() - w0
 
@@ -80,6 +83,8 @@ def fmt(seconds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--probe", type=int, default=32, help="trajectories per probe beta and d")
+    ap.add_argument("--checkpoints", type=int, default=len(PAPER.time.checkpoint_layers),
+                    help="checkpoints recorded (equally spaced; default: the paper scale's)")
     ap.add_argument("--dims", default=",".join(map(str, DIMS)))
     ap.add_argument("--run", default="", help="d values to run at full size, e.g. 2,8")
     ap.add_argument("--betas", type=int, default=len(BETAS),
@@ -87,21 +92,21 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="numba threads of the --run part")
     ap.add_argument("--write-spec", default=None, help="write the paper-scale spec here (YAML)")
     args = ap.parse_args()
-    spec = paper_spec()
+    spec, ck = paper_spec(args.checkpoints), args.checkpoints
     if args.write_spec:
         Path(args.write_spec).write_text(yaml.safe_dump(spec, sort_keys=False))
         print(f"paper-scale spec written to {args.write_spec}")
     dims = [int(v) for v in args.dims.split(",")]
     load0 = os.getloadavg()
     for d in dims:  # compile / load every kernel variant first
-        run_cell(d, 1.0, 2, 0)
+        run_cell(d, 1.0, 2, 0, ck)
     per_traj = {}
     for d in dims:
-        cpu = sum(run_cell(d, beta, args.probe, 1)[0] for beta in PROBE_BETAS)
+        cpu = sum(run_cell(d, beta, args.probe, 1, ck)[0] for beta in PROBE_BETAS)
         per_traj[d] = cpu / (len(PROBE_BETAS) * args.probe)
     cells = len(BETAS) * DRAWS
     print(f"[GLPR-P] Fig. 3 at paper scale: n = {N}, {len(BETAS)} betas x {DRAWS} draws = "
-          f"{cells} trajectories per d, T = {T}, h = {T / LAYERS}, {CHECKPOINTS} checkpoints; "
+          f"{cells} trajectories per d, T = {T}, h = {T / LAYERS}, {ck} checkpoints; "
           f"load average {load0[0]:.2f} on {os.cpu_count()} CPUs; per-trajectory CPU time from "
           f"{args.probe} trajectories x betas {PROBE_BETAS}, one thread")
     print(f"{'d':>5} {'ms/traj':>8} {'particle-steps/s':>17} {'CPU total':>10} "
@@ -123,7 +128,7 @@ def main():
     for d in run_dims:
         cpu = wall = 0.0
         for beta in betas:
-            c, w = run_cell(d, beta, DRAWS, 2, args.threads)
+            c, w = run_cell(d, beta, DRAWS, 2, ck, args.threads)
             cpu, wall = cpu + c, wall + w
         projected = per_traj.get(d, np.nan) * len(betas) * DRAWS / args.threads
         grand = [grand[0] + wall, grand[1] + cpu, grand[2] + projected]
