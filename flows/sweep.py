@@ -3,11 +3,12 @@
 validate -> lock -> prepare store (create, resume or grow) -> plan -> one task per
 partition not yet done, or, for a batched store (more than a few thousand partitions), tasks
 of batches holding such partitions (`pipeline/batch.py`), TASKS_PER_WORKER per worker of the
-cluster, each taking every k-th batch (on whatever task runner the caller chose, a
-DaskTaskRunner by default) -> report. Tasks are idempotent (the store's status decides), so a rerun of the flow, from the CLI or the
-UI's Retry, only computes partitions that are not done. Tasks neither cache nor persist
-results (``cache_policy=NONE``): a cached "done" could outlive the store it describes,
-and a retried flow run must ask the store again, never Prefect.
+cluster, each a share of the batches dealt as teams are picked (on whatever task runner
+the caller chose, a DaskTaskRunner by default) -> report. Tasks are idempotent (the store's
+status decides), so a rerun of the flow, from the CLI or the UI's Retry, only computes
+partitions that are not done. Tasks neither cache nor persist results (``cache_policy=NONE``):
+a cached "done" could outlive the store it describes, and a retried flow run must ask the store
+again, never Prefect.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ from ..pipeline.store import (FAILED, open_cube, prepare_store, read_status, rec
 from .flow_lock import flow_lock
 
 PARTITION_RETRIES = 2
-# A large sweep's batches go to this many tasks per worker thread, each task every k-th batch
-# so that tasks cost alike: two let a worker that finishes early take over another's second
-# task, and keep Prefect's cost per task small (a submit serialises the whole Prefect context,
-# ~0.1-0.2 s of the flow process's CPU; 10^5 trivial partitions were once 500 tasks).
+# A large sweep's batches go to this many tasks per worker thread, each a sample of the grid's
+# batches (`_shares`) so that tasks cost alike: two let a worker that finishes early take over
+# another's second task, and keep Prefect's cost per task small (a submit serialises the whole
+# Prefect context, ~0.1-0.2 s of the flow process's CPU; 10^5 trivial partitions were once 500
+# tasks).
 TASKS_PER_WORKER = 2
 WORKERS_UNKNOWN = 8  # assumed when the cluster has no worker yet (an adaptive one, starting)
 
@@ -122,11 +124,7 @@ def _submit(spec: dict, store: str, plan: Plan, todo: list[int], failed_only: bo
     groups = plan.batches_of(todo, shape)
     batches = list(groups)
     tasks = {}
-    count = min(len(batches), _task_count())
-    for first in range(count):
-        # every count-th batch: each task gets a share of the whole grid, so tasks cost about
-        # the same however the cost varies over the grid (cells of large d are slower)
-        share = batches[first::count]
+    for share in _shares(batches, min(len(batches), _task_count())):
         size = sum(len(groups[b]) for b in share)
         label = (f"batch {share[0]}: {plan.label(plan[int(groups[share[0]][0])])} .. "
                  f"{plan.label(plan[int(groups[share[0]][-1])])} ({size})" if len(share) == 1 else
@@ -135,6 +133,20 @@ def _submit(spec: dict, store: str, plan: Plan, todo: list[int], failed_only: bo
         future = batch_task.submit(spec, store, share, label, failed_only)
         tasks[future.task_run_id] = (future, label, size)
     return tasks
+
+
+def _shares(batches: list[int], count: int) -> list[list[int]]:
+    """`count` shares of the batches, each in grid order, dealt as teams are picked: batch b goes
+    to share b % count in even rounds of `count`, to count - 1 - b % count in odd ones. So each
+    share samples the whole grid, and tasks cost alike where the cost drifts or repeats over the
+    grid: every count-th batch aliases with a repeat (paper-scale [GLPR-P] Fig. 3's batches
+    alternate between cheap and costly d: four tasks on 2 workers took 26, 41, 25 and 41 min,
+    one core idle for the last ~30)."""
+    shares = [[] for _ in range(count)]
+    for i, b in enumerate(batches):
+        turn, seat = divmod(i, count)
+        shares[seat if turn % 2 == 0 else count - 1 - seat].append(b)
+    return shares
 
 
 def _task_count() -> int:

@@ -258,7 +258,7 @@ def test_one_task_runs_several_batches_and_names_every_failure(low_threshold, re
 def test_flow_spreads_batches_over_a_few_tasks_per_worker(low_threshold, reference_store,
                                                           prefect_server, tmp_path, monkeypatch):
     """The sweep flow on a real 2-worker LocalCluster gives a batched store's 6 batches to
-    TASKS_PER_WORKER (1 here) x 2 workers = 2 tasks, each every other batch; the cube equals
+    TASKS_PER_WORKER (1 here) x 2 workers = 2 tasks of 3 batches (`_shares`); the cube equals
     the unbatched one."""
     import asyncio
 
@@ -284,6 +284,30 @@ def test_flow_spreads_batches_over_a_few_tasks_per_worker(low_threshold, referen
             return sorted(r.name for r in runs if r.name.startswith("batch"))
 
     names = asyncio.run(batch_task_names())
-    # task k takes every 2nd batch from k: each a share of the whole grid
-    assert names == ["batches 0, 2, .. 4 (3 of 6, 9 partitions)",
-                     "batches 1, 3, .. 5 (3 of 6, 9 partitions)"], names
+    assert names == sorted(f"batches {a}, {b}, .. {c} (3 of 6, 9 partitions)"
+                           for a, b, c in sweep_module._shares(list(range(6)), 2)), names
+
+
+@pytest.mark.parametrize("period", [2, 3, 4, 5, 6, 8, 12, 180])
+def test_shares_tile_the_batches_and_cost_alike_where_the_cost_repeats_or_drifts(period):
+    """A sweep's batches dealt to 4 tasks: every batch in one share, 45 each, each in grid order;
+    with batch costs from 1 to 2 repeating over the grid with `period` (paper-scale [GLPR-P]
+    Fig. 3: batches alternate between cheap d and costly d; 180: one drift over the whole grid),
+    every 4th batch gives tasks of up to 2 times each other's cost; the deal keeps them within
+    10 % (its gaps measure 0-5 % at these periods)."""
+    from tokensweep.flows.sweep import _shares
+
+    batches = list(range(180))
+    shares = _shares(batches, 4)
+    assert sorted(b for share in shares for b in share) == batches
+    assert [len(share) for share in shares] == [45] * 4
+    assert all(share == sorted(share) for share in shares)
+
+    def cost(b):
+        return 1 + (b % period) / (period - 1)
+
+    strided = [sum(map(cost, batches[k::4])) for k in range(4)]
+    dealt = [sum(map(cost, share)) for share in shares]
+    if period in (2, 4):
+        assert max(strided) / min(strided) == 2.0  # the aliasing the deal removes
+    assert max(dealt) / min(dealt) < 1.10, dealt
