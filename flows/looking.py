@@ -61,11 +61,15 @@ def catalog(scale: Optional[str] = ScaleOpt):
         typer.echo(f"{path.stem:22s} {sweep.model:22s} {_cost(sweep):42s} {_claim(path, sweep, claims)}")
 
 
+CALIBRATION_SAMPLES = 5  # partitions timed by `plan`: the first, the last, 3 spread between
+
+
 def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
-    """Seconds per trajectory per layer on this core: the mean over the sweep's first and last
-    partitions (the ends of every axis: the cost of a step grows with d and n, and a checkpoint's
-    with n), with the spec's checkpoints per layer (recording a checkpoint can cost more than a
-    step: [GLPR-P] Fig. 3 at the paper's scale records one every layer).
+    """Seconds per trajectory per layer on this core: the mean over a few partitions spread over
+    the grid (the first, the last and golden-ratio picks between: the cost of a step grows with
+    d and n, not linearly, and a pick of equally spaced ones can alias with the grid's order),
+    with the spec's checkpoints per layer (recording a checkpoint can cost more than a step:
+    [GLPR-P] Fig. 3 at the paper's scale records one every layer).
 
     A warm-up call first (it compiles the kernel, or loads it from numba's cache), then a few
     trajectories of the partition over more and more layers (the spec's step h) until one call
@@ -77,9 +81,15 @@ def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
     for key in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(key, "1")  # as on a worker: one thread per partition
     model, plan = get_model(sweep.model), Plan(sweep)
-    ends = [plan[0]] if len(plan) == 1 else [plan[0], plan[len(plan) - 1]]
-    rates = [_seconds_per_layer(sweep, model, plan, part, target_s) for part in ends]
-    return float(np.mean(rates)), " .. ".join(plan.label(part) for part in ends)
+    golden = (math.sqrt(5) - 1) / 2
+    picks = {0, len(plan) - 1} | {int((k * golden) % 1 * len(plan))
+                                  for k in range(1, CALIBRATION_SAMPLES - 1)}
+    parts = [plan[i] for i in sorted(picks)]
+    rates = [_seconds_per_layer(sweep, model, plan, part, target_s) for part in parts]
+    if len(parts) == 1:
+        return rates[0], f"at {plan.label(parts[0])}"
+    return float(np.mean(rates)), (f"the mean of {len(parts)} partitions from "
+                                   f"{plan.label(parts[0])} to {plan.label(parts[-1])}")
 
 
 def _seconds_per_layer(sweep, model, plan, part, target_s: float) -> float:
@@ -161,6 +171,6 @@ def plan(
     per_partition = per_layer * layers * sweep.partition_traj
     core = per_layer * layers * sweep.trajectories * sweep.n_cells * todo / partitions
     wall = math.ceil(todo / n_workers) * per_partition
-    typer.echo(f"core time: ~{_duration(core)} ({per_layer * 1e6:.3g} us per trajectory and layer "
-               f"at {label}); wall time: ~{_duration(wall)} on {n_workers} local workers, plus the "
+    typer.echo(f"core time: ~{_duration(core)} ({per_layer * 1e6:.3g} us per trajectory and "
+               f"layer, {label}); wall time: ~{_duration(wall)} on {n_workers} local workers, plus the "
                "start of the cluster and the report")

@@ -178,7 +178,8 @@ def test_plan_counts_sizes_and_times_the_quickstart_without_writing(tmp_path):
     size = 21 * 400 * per_traj + 42 * (1 + 8 + 8)  # outputs, then status/started/finished
     assert f"store: results/quickstart.zarr: {size} bytes" in out
     timing = re.search(r"core time: ~([\d.e+-]+) (ms|s|min|h) \(([\d.e+-]+) us per trajectory and "
-                       r"layer at beta=0 d=3 n=2 traj=0:200 \.\. beta=3 d=8 n=2 traj=200:400\); "
+                       r"layer, the mean of 5 partitions from beta=0 d=3 n=2 traj=0:200 to beta=3 "
+                       r"d=8 n=2 traj=200:400\); "
                        r"wall time: ~([\d.e+-]+) (ms|s|min|h) on 2 local workers", out)
     assert timing, out
     unit = {"ms": 1e-3, "s": 1, "min": 60, "h": 3600}
