@@ -72,8 +72,8 @@ def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
     [GLPR-P] Fig. 3 at the paper's scale records one every layer).
 
     A warm-up call first (it compiles the kernel, or loads it from numba's cache), then a few
-    trajectories of the partition over more and more layers (the spec's step h) until one call
-    takes `target_s` or covers every layer.
+    trajectories of the partition over more and more layers (the spec's step h), then more of its
+    trajectories, until one call takes `target_s` or runs the whole partition.
     """
     from ..pipeline.models import get_model
     from ..pipeline.plan import Plan
@@ -110,9 +110,15 @@ def _seconds_per_layer(sweep, model, plan, part, target_s: float) -> float:
         return time.perf_counter() - start
 
     seconds(1, 1)
-    ntraj, layers = min(part.traj_stop - part.traj_start, 4), min(sweep.time.layers, 10)
-    while (elapsed := seconds(ntraj, layers)) < target_s and layers < sweep.time.layers:
-        layers = min(sweep.time.layers, layers * 10)
+    size = part.traj_stop - part.traj_start
+    ntraj, layers = min(size, 4), min(sweep.time.layers, 10)
+    while (elapsed := seconds(ntraj, layers)) < target_s:
+        if layers < sweep.time.layers:
+            layers = min(sweep.time.layers, layers * 10)
+        elif ntraj < size:  # every layer: more trajectories, as a partition spreads its call's set-up
+            ntraj = min(size, ntraj * 4)
+        else:
+            break
     return elapsed / (ntraj * layers)
 
 

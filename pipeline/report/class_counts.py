@@ -13,7 +13,7 @@ import xarray as xr
 from ..analysis.antipodal import CLASS_ANTIPODAL, CLASS_UNRESOLVED
 from ..analysis.stats import done_finite
 from ..plugin import Part, ReportInput
-from .figures import figure_title, plt, save, subplots
+from .figures import figure_title, key_lines, plt, save, subplots, value_colours
 from .observables import cell_label, shown_cells
 
 __all__ = ["class_count_section", "class_fractions"]
@@ -35,10 +35,10 @@ def plot_class_fractions(frac: xr.Dataset, attrs: dict, path) -> str:
     cells = shown_cells(frac.antipodal.isel(t=0, drop=True), dims)
     fig, axes = subplots(len(cells), width=5.5)
     betas = frac["beta"].values if "beta" in frac.antipodal.dims else [None]
+    colours = [plt.cm.viridis(0.0)] if betas[0] is None else value_colours(betas)
     for ax, sel in zip(axes, cells):
-        for i, beta in enumerate(betas):
+        for beta, colour in zip(betas, colours):
             cell = frac[sel] if beta is None else frac[sel].sel(beta=beta)
-            colour = plt.cm.viridis(i / max(1, len(betas) - 1))
             label = "" if beta is None else f"β = {beta:g}"
             ax.plot(cell.t.values, cell.antipodal.values, "o-", ms=3, color=colour, label=label)
             ax.plot(cell.t.values, cell.unresolved.values, "--", color=colour)
@@ -46,7 +46,7 @@ def plot_class_fractions(frac: xr.Dataset, attrs: dict, path) -> str:
                title=cell_label(frac.antipodal, sel))
         ax.grid(alpha=0.3)
         if betas[0] is not None:
-            ax.legend(fontsize=7, ncol=2)
+            key_lines(ax, betas, fontsize=7, ncol=2)
     return save(fig, path, figure_title(attrs, "Antipodal (solid) and unresolved (dashed) over time"))
 
 

@@ -18,7 +18,7 @@ from ..analysis import clustering
 from ..analysis.overlaps import MIN_GAP, log_gap_rate
 from ..analysis.stats import closed_form, grid_dims
 from ..plugin import Part, ReportInput
-from .figures import N_DENSE, figure_title, panels, plt, save, subplots
+from .figures import N_DENSE, figure_title, key_lines, panels, plt, save, subplots, value_colours
 from .page import cell_rows, fmt, rows_table
 
 __all__ = ["merge_section", "cluster_count_section", "hemisphere_section", "equiangular_section",
@@ -163,13 +163,14 @@ def plot_cluster_counts(mean: xr.DataArray, attrs: dict, path) -> str:
     fig, axes = subplots(len(facet))
     for ax, (label, sel) in zip(axes, facet):
         sub = mean.sel(sel)
-        for i, beta in enumerate(sub.beta.values):
-            ax.plot(sub.t.values, sub.sel(beta=beta).values, "o-", ms=3, color=plt.cm.viridis(
-                i / max(1, sub.beta.size - 1)), label=f"β = {beta:g}")
+        betas = sub.beta.values
+        for beta, colour in zip(betas, value_colours(betas)):
+            ax.plot(sub.t.values, sub.sel(beta=beta).values, "o-", ms=3, color=colour,
+                    label=f"β = {beta:g}")
         ax.set(xlabel="time t (dimensionless)", ylabel="mean number of clusters", title=label)
         ax.set_yscale("log")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7, ncol=2)
+        key_lines(ax, betas, fontsize=7, ncol=2)
     return save(fig, path, figure_title(attrs, f"Cluster counts (overlap ≥ 1 - eps, eps = "
                                                f"{attrs.get('eps', 1e-3):g}) over time"))
 

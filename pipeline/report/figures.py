@@ -20,10 +20,29 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
 __all__ = ["plt", "DPI", "N_DENSE", "figure_title", "subplots", "panels", "facets", "with_dims",
-           "scalar", "save"]
+           "scalar", "save", "value_colours", "key_lines"]
 
 DPI = 150
 N_DENSE = 200  # points of a closed-form curve drawn between grid values
+MAX_KEYED = 12  # lines of a panel that a legend lists; beyond, a colour bar (90 betas at [GLPR-P] scale)
+
+
+def value_colours(values, cmap=plt.cm.viridis):
+    """A colour per value of a coordinate drawn as one line each (beta): the colour map over the
+    values' range, so that `key_lines` can show it as a colour bar."""
+    values = np.asarray(values, float)
+    lo, hi = values.min(), values.max()
+    return [cmap((v - lo) / (hi - lo) if hi > lo else 0.0) for v in values]
+
+
+def key_lines(ax, values, name="β", cmap=plt.cm.viridis, **legend):
+    """The key of lines coloured by `value_colours`: a legend for up to MAX_KEYED of them, else a
+    colour bar of `name` (a legend of 90 entries covers its panel)."""
+    if len(values) <= MAX_KEYED:
+        ax.legend(**legend)
+        return
+    norm = matplotlib.colors.Normalize(float(np.min(values)), float(np.max(values)))
+    ax.figure.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=name)
 
 
 def figure_title(attrs: dict, what: str) -> str:
