@@ -136,12 +136,12 @@ def _submit(spec: dict, store: str, plan: Plan, todo: list[int], failed_only: bo
 
 
 def _shares(batches: list[int], count: int) -> list[list[int]]:
-    """`count` shares of the batches, each in grid order, dealt as teams are picked: batch b goes
-    to share b % count in even rounds of `count`, to count - 1 - b % count in odd ones. So each
-    share samples the whole grid, and tasks cost alike where the cost drifts or repeats over the
+    """`count` shares of the batches, each in grid order, dealt as teams are picked: the i-th
+    batch goes to share i % count in even rounds of `count`, to count - 1 - i % count in odd
+    ones. So each share samples the whole grid, and tasks cost alike where the cost drifts or repeats over the
     grid: every count-th batch aliases with a repeat (paper-scale [GLPR-P] Fig. 3's batches
-    alternate between cheap and costly d: four tasks on 2 workers took 26, 41, 25 and 41 min,
-    one core idle for the last ~30)."""
+    alternate between cheap and costly d: four tasks on 2 workers took 26, 41, 25 and 39 min,
+    one core idle for the last 28.5)."""
     shares = [[] for _ in range(count)]
     for i, b in enumerate(batches):
         turn, seat = divmod(i, count)

@@ -27,12 +27,15 @@ N_DENSE = 200  # points of a closed-form curve drawn between grid values
 MAX_KEYED = 12  # lines of a panel that a legend lists; beyond, a colour bar (90 betas at [GLPR-P] scale)
 
 
+def _value_norm(values):
+    return matplotlib.colors.Normalize(float(np.min(values)), float(np.max(values)))
+
+
 def value_colours(values, cmap=plt.cm.viridis):
     """A colour per value of a coordinate drawn as one line each (beta): the colour map over the
-    values' range, so that `key_lines` can show it as a colour bar."""
-    values = np.asarray(values, float)
-    lo, hi = values.min(), values.max()
-    return [cmap((v - lo) / (hi - lo) if hi > lo else 0.0) for v in values]
+    values' range, the one `key_lines` shows as a colour bar (one value: the map's first)."""
+    norm = _value_norm(values)
+    return [cmap(norm(float(v))) for v in values]
 
 
 def key_lines(ax, values, name="β", cmap=plt.cm.viridis, **legend):
@@ -41,7 +44,7 @@ def key_lines(ax, values, name="β", cmap=plt.cm.viridis, **legend):
     if len(values) <= MAX_KEYED:
         ax.legend(**legend)
         return
-    norm = matplotlib.colors.Normalize(float(np.min(values)), float(np.max(values)))
+    norm = _value_norm(values)
     ax.figure.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=name)
 
 
