@@ -1,0 +1,138 @@
+"""Fingerprints of the numbers tokensweep computes, to prove that a refactor changed none.
+
+For every catalog entry (small scale), the first and the last partition of its plan are
+simulated in this process (`execute.simulate_partition`: the kernels every sweep runs) and
+hashed: SHA-256 over each output's name, dtype, shape and bytes. The quick tier hashes the
+first `HEAD` trajectories of each (a trajectory's numbers do not depend on the partition it is
+computed in), the slow tier the whole partitions and the quickstart cube run end to end.
+
+A path whose last bits depend on the CPU (the sphere flow's BLAS products differ by 1-3 ulp
+per step between AMD and Intel nodes) cannot be fingerprinted once for every machine, so the
+hashes are kept per CPU type (`cpu_key`). On a CPU type with no hashes the heads are instead
+compared with the numbers stored beside the hashes (`fingerprints.npz`), within ROUNDING.
+
+    python tests/fingerprints.py            # print this tree's fingerprints against the file
+    python tests/fingerprints.py --write    # record them for this CPU type (after a change
+                                            # that is meant to change numbers: say so in the commit)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).parent
+FILE = HERE / "fingerprints.json"
+ARRAYS = HERE / "fingerprints.npz"
+HEAD = 2  # trajectories per partition in the quick tier's fingerprints
+# Floats of another CPU type: relative and absolute tolerance, and the share of integer
+# entries (cluster classes, counts, hitting layers) allowed to differ where a rounding
+# difference moves a trajectory across a threshold.
+ROUNDING = {"rtol": 1e-6, "atol": 1e-9, "integer_share": 0.02}
+
+
+def cpu_key() -> str:
+    """The CPU type the BLAS products depend on: vendor and model name, as Linux reports them."""
+    fields = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return f"{fields.get('vendor_id', platform.machine())} | {fields.get('model name', platform.processor())}"
+
+
+def digest(outputs: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(outputs):
+        a = np.ascontiguousarray(outputs[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def partitions(name: str, head: int | None):
+    """(label, sweep, partition, plan) of an entry's first and last partition (cut to `head`)."""
+    from tokensweep.pipeline.plan import Plan
+    from tokensweep.pipeline.spec import load_sweep
+
+    sweep = load_sweep(name)
+    plan = Plan(sweep)
+    for label, part in (("first", plan[0]), ("last", plan[len(plan) - 1])):
+        if head is not None:
+            part = part._replace(traj_stop=min(part.traj_stop, part.traj_start + head))
+        yield label, sweep, part, plan
+
+
+def entry_outputs(name: str, head: int | None) -> dict[str, dict[str, np.ndarray]]:
+    from tokensweep.pipeline.execute import simulate_partition
+
+    return {label: simulate_partition(sweep, part, plan)
+            for label, sweep, part, plan in partitions(name, head)}
+
+
+def catalog_names() -> list[str]:
+    import tokensweep
+
+    return [entry.name for entry in tokensweep.catalog()]
+
+
+def cube_digest(ds) -> str:
+    """The quickstart cube's numbers: every output variable (not the timing or provenance)."""
+    skip = {"started", "finished", "seconds", "host"}
+    return digest({k: ds[k].values for k in ds.data_vars if k not in skip})
+
+
+def load() -> dict:
+    return json.loads(FILE.read_text()) if FILE.exists() else {}
+
+
+def close_enough(got: np.ndarray, want: np.ndarray) -> str | None:
+    """None when `got` is `want` up to another CPU's rounding, else what differs."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"shape/dtype {got.shape} {got.dtype} != {want.shape} {want.dtype}"
+    if np.issubdtype(got.dtype, np.floating):
+        if np.allclose(got, want, rtol=ROUNDING["rtol"], atol=ROUNDING["atol"], equal_nan=True):
+            return None
+        return f"max |difference| {np.nanmax(np.abs(got - want)):.3g}"
+    differ = np.count_nonzero(got != want)
+    if differ <= ROUNDING["integer_share"] * got.size:
+        return None
+    return f"{differ} of {got.size} entries differ"
+
+
+def main(argv: list[str]) -> int:
+    write = "--write" in argv
+    key, record = cpu_key(), load()
+    mine = record.setdefault("by_cpu", {}).setdefault(key, {})
+    arrays = {}
+    changed = 0
+    for name in catalog_names():
+        for head, tier in ((HEAD, "head"), (None, "whole")):
+            outputs = entry_outputs(name, head)
+            for label, out in outputs.items():
+                slot = f"{name}/{label}/{tier}"
+                value = digest(out)
+                old = mine.get(slot)
+                if old != value:
+                    changed += 1
+                    print(f"{'new' if old is None else 'CHANGED'} {slot} {value[:16]}", flush=True)
+                mine[slot] = value
+                if tier == "head":
+                    arrays.update({f"{slot}/{k}": v for k, v in out.items()})
+    print(f"{changed} fingerprints new or changed on {key}")
+    if write:
+        FILE.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        np.savez_compressed(ARRAYS, **arrays)
+        print(f"written: {FILE}, {ARRAYS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
