@@ -83,10 +83,40 @@ def catalog_names() -> list[str]:
     return [entry.name for entry in tokensweep.catalog()]
 
 
-def cube_digest(ds) -> str:
-    """The quickstart cube's numbers: every output variable (not the timing or provenance)."""
-    skip = {"started", "finished", "seconds", "host"}
-    return digest({k: ds[k].values for k in ds.data_vars if k not in skip})
+def cube_digest(store) -> str:
+    """A stored cube's numbers, read with zarr itself: every array but the partitions' times."""
+    import zarr
+
+    group = zarr.open_group(str(store), mode="r")
+    return digest({name: array[...] for name, array in group.arrays()
+                   if name not in ("started", "finished")})
+
+
+def summary(outputs: dict[str, np.ndarray]) -> dict[str, list[float]]:
+    """What another CPU type's rounding leaves nearly unchanged: per output, the mean and the
+    NaN count of a float, the sum and the nonzero count of an integer."""
+    out = {}
+    for name in sorted(outputs):
+        a = np.asarray(outputs[name])
+        if np.issubdtype(a.dtype, np.floating):
+            finite = a[np.isfinite(a)]
+            out[name] = [float(finite.mean()) if finite.size else 0.0, float(a.size - finite.size)]
+        else:
+            out[name] = [float(a.astype(np.int64).sum()), float(np.count_nonzero(a))]
+    return out
+
+
+def summaries_agree(got: dict, want: dict) -> str | None:
+    """None when two summaries agree within ROUNDING, else the first output that differs."""
+    if sorted(got) != sorted(want):
+        return f"outputs {sorted(got)} != {sorted(want)}"
+    for name in want:
+        (g0, g1), (w0, w1) = got[name], want[name]
+        share = ROUNDING["integer_share"]
+        if not (np.isclose(g0, w0, rtol=max(ROUNDING["rtol"], share), atol=ROUNDING["atol"])
+                and abs(g1 - w1) <= share * max(abs(w1), 1.0)):
+            return f"{name}: {got[name]} != {want[name]}"
+    return None
 
 
 def load() -> dict:
@@ -124,6 +154,7 @@ def main(argv: list[str]) -> int:
                     changed += 1
                     print(f"{'new' if old is None else 'CHANGED'} {slot} {value[:16]}", flush=True)
                 mine[slot] = value
+                record.setdefault("summaries", {}).setdefault(slot, summary(out))
                 if tier == "head":
                     arrays.update({f"{slot}/{k}": v for k, v in out.items()})
     print(f"{changed} fingerprints new or changed on {key}")

@@ -1,0 +1,75 @@
+"""The numbers did not change: every catalog entry's first and last partition, and the quickstart
+cube, against the fingerprints recorded before the lean-layout refactor (tests/fingerprints.py).
+
+On the CPU type the fingerprints were taken on, the check is exact (SHA-256 of every output).
+On another CPU type, whose BLAS and vector code may round differently, the quick tier compares
+the heads' arrays within fingerprints.ROUNDING and the slow tier compares per-output summaries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fingerprints as fp
+
+RECORD = fp.load()
+NAMES = fp.catalog_names()
+KNOWN_CPU = fp.cpu_key() in RECORD["by_cpu"]
+
+
+def test_every_catalog_entry_has_fingerprints():
+    recorded = {slot.split("/")[0] for slot in RECORD["summaries"] if not slot.startswith("cube/")}
+    assert recorded == set(NAMES), "run `python tests/fingerprints.py --write` for new entries"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_first_and_last_partitions_heads_unchanged(name):
+    outputs = fp.entry_outputs(name, fp.HEAD)
+    for label, out in outputs.items():
+        slot = f"{name}/{label}/head"
+        if KNOWN_CPU:
+            assert fp.digest(out) == RECORD["by_cpu"][fp.cpu_key()][slot], slot
+            continue
+        with np.load(fp.ARRAYS) as stored:
+            for key, value in out.items():
+                problem = fp.close_enough(np.asarray(value), stored[f"{slot}/{key}"])
+                assert problem is None, f"{slot}/{key}: {problem}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_first_and_last_partitions_unchanged(name):
+    outputs = fp.entry_outputs(name, None)
+    for label, out in outputs.items():
+        slot = f"{name}/{label}/whole"
+        if KNOWN_CPU:
+            assert fp.digest(out) == RECORD["by_cpu"][fp.cpu_key()][slot], slot
+        else:
+            assert fp.summaries_agree(fp.summary(out), RECORD["summaries"][slot]) is None, slot
+
+
+@pytest.mark.slow
+def test_quickstart_cube_unchanged(tmp_path, prefect_server):
+    import tokensweep
+
+    store = tmp_path / "quickstart.zarr"
+    tokensweep.run("quickstart", store=str(store), progress=False)
+    if fp.cpu_key() in RECORD.get("cube_by_cpu", {}):
+        assert fp.cube_digest(store) == RECORD["cube_by_cpu"][fp.cpu_key()]["quickstart"]
+    else:
+        import zarr
+
+        group = zarr.open_group(str(store), mode="r")
+        out = {n: a[...] for n, a in group.arrays() if n not in ("started", "finished")}
+        assert fp.summaries_agree(fp.summary(out), RECORD["summaries"]["cube/quickstart"]) is None
+
+
+def test_digest_sees_one_changed_bit():
+    """The fingerprint is not blind: one ulp anywhere changes it; the rounding bound does not."""
+    out = {"x": np.linspace(0.0, 1.0, 7), "k": np.arange(5, dtype=np.int8)}
+    moved = {"x": out["x"].copy(), "k": out["k"]}
+    moved["x"][3] = np.nextafter(moved["x"][3], 2.0)
+    assert fp.digest(out) != fp.digest(moved)
+    assert fp.close_enough(moved["x"], out["x"]) is None
+    assert fp.close_enough(out["x"] + 1e-3, out["x"]) is not None
