@@ -21,8 +21,8 @@ import typer
 
 from ..pipeline.boundary import OUTCOMES, Design, boundary_folder, boundary_search, check_request, \
     default_axis, describe
-from ..pipeline.spec import SpecError, load_sweep
-from ..pipeline.store import StoreError
+from ..pipeline.errors import SpecError, StoreError
+from ..pipeline.spec import load_sweep
 
 
 def boundary(

@@ -27,9 +27,10 @@ from typing import Optional
 import typer
 
 from ..pipeline import location
-from ..pipeline.spec import SpecError, load_sweep, read_spec
-from ..pipeline.store import (DONE, FAILED, NEW_STORE_HINT, StoreError, read_status,
-                              refuse_missing_outputs, spec_differences, stored_sweep)
+from ..pipeline.errors import SpecError, StoreError
+from ..pipeline.spec import load_sweep, read_spec
+from ..pipeline.store import (DONE, FAILED, NEW_STORE_HINT, read_status, refuse_missing_outputs,
+                              spec_differences, stored_sweep)
 from .options import (AccountOpt, ClusterOpt, CoresOpt, JobsOpt, MemoryOpt, PartitionOpt,
                       ProfileOpt, ProgressOpt, QueueOpt, QuietOpt, ScaleOpt, SchedulerFileOpt,
                       SchedulerOpt, SpecArg, StoreArg, StoreOpt, VerboseOpt, WalltimeOpt, WorkersOpt)

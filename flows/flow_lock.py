@@ -13,8 +13,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..pipeline.errors import StoreError
 from ..pipeline.lock import is_stale, read_lock, store_lock
-from ..pipeline.store import StoreError
 
 UNFINISHED = ("RUNNING", "PENDING")
 

@@ -17,9 +17,9 @@ from typing import Optional
 import numpy as np
 import typer
 
+from ..pipeline.errors import SpecError, StoreError
 from ..pipeline.scales import scales_of
-from ..pipeline.spec import CATALOG, SpecError, estimated_store_bytes, format_bytes, load_sweep, read_spec
-from ..pipeline.store import StoreError
+from ..pipeline.spec import CATALOG, estimated_store_bytes, format_bytes, load_sweep, read_spec
 from .options import PartitionOpt, ScaleOpt, SpecArg, StoreOpt, WorkersOpt
 
 
@@ -142,9 +142,9 @@ def plan(
                                               "estimate the run time"),
 ):
     """What `run SPEC` would do (partitions, store size, time), computing and writing nothing."""
-    from .cli import _fail, _first_line, _kernels_cold, _to_run, local_problem, resolve_run
     from ..pipeline.lock import describe_lock
     from ..pipeline.plan import Plan
+    from .cli import _fail, _first_line, _kernels_cold, _to_run, local_problem, resolve_run
 
     try:
         sweep = resolve_run(spec, store, partition_traj, check_lock=False, scale=scale)

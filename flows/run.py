@@ -168,9 +168,10 @@ def started_local_cluster():
 def partitions_to_run(spec: dict, store: str) -> int:
     """How many partitions a run of `spec` on `store` would compute at most (those not done,
     and those a grown grid adds); a cap on the workers worth starting."""
+    from ..pipeline.errors import StoreError
     from ..pipeline.plan import Plan
     from ..pipeline.spec import parse_sweep
-    from ..pipeline.store import DONE, StoreError, read_status
+    from ..pipeline.store import DONE, read_status
 
     planned = len(Plan(parse_sweep(spec)))
     try:

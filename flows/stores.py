@@ -12,8 +12,8 @@ import numpy as np
 import typer
 
 from ..pipeline import location
-from ..pipeline.spec import SpecError
-from ..pipeline.store import DONE, FAILED, PENDING, StoreError, read_status, stored_sweep
+from ..pipeline.errors import SpecError, StoreError
+from ..pipeline.store import DONE, FAILED, PENDING, read_status, stored_sweep
 from .options import StoreArg
 
 
@@ -86,11 +86,11 @@ def report(
                                         metavar="DIR", show_default="none: report STORE"),
 ):
     """Write report.html (self-contained), report.md and the figures; --index DIR: every store's."""
-    from .cli import _fail
     from ..pipeline.reading import store_path
     from ..pipeline.report import write_report
     from ..pipeline.report.index import write_index
     from ..pipeline.store import open_cube
+    from .cli import _fail
 
     if (store is None) == (index is None):
         _fail("report: give either STORE (a store or a catalog name) or --index DIR, not both or neither")

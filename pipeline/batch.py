@@ -35,8 +35,8 @@ import zarr
 
 from . import location
 from .execute import PartitionResult, describe_failure, run_partition, simulate_partition
-from .models import get_model
 from .failures import recorded_errors
+from .models import get_model
 from .plan import Plan
 from .recording import declared_outputs
 from .spec import SweepBase

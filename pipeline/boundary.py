@@ -64,8 +64,9 @@ import numpy as np
 
 from .analysis.antipodal import antipodal_table, any_antipodal_table
 from .analysis.stats import wilson_interval
-from .spec import SpecError, SweepBase, parse_sweep
-from .store import DONE, StoreError, open_cube, stored_sweep
+from .errors import SpecError, StoreError
+from .spec import SweepBase, parse_sweep
+from .store import DONE, open_cube, stored_sweep
 
 __all__ = ["Design", "Boundary", "OUTCOMES", "search", "boundary_search", "check_request",
            "default_axis", "boundary_folder"]

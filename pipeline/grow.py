@@ -49,11 +49,12 @@ import numpy as np
 import zarr
 
 from . import location
+from .errors import StoreError
 from .models import get_model
 from .plan import Plan
 from .recording import declared_outputs
 from .spec import SweepBase
-from .store import DONE, StoreError, create_store, errors_dir, growth, read_status, stored_sweep
+from .store import DONE, create_store, errors_dir, growth, read_status, stored_sweep
 
 __all__ = ["grow_store", "recover", "interrupted", "sibling", "refuse_remote"]
 

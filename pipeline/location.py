@@ -25,6 +25,7 @@ import os
 import shutil
 from pathlib import Path
 
+from .errors import StoreError
 
 LOCAL_PROTOCOLS = ("file", "local")
 INSTALL_HINT = "pip install 'tokensweep[s3]' (or the fsspec package for that protocol)"
@@ -237,8 +238,6 @@ def check_reachable(store) -> None:
 
 
 def _refusal(message: str):
-    from .store import StoreError  # store.py imports this module
-
     return StoreError(message)
 
 

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import location
-from .store import StoreError
+from .errors import StoreError
 
 
 def lock_path(store: str | Path) -> str | Path:

@@ -41,7 +41,6 @@ import numpy as np
 
 from .spec import SweepBase
 
-
 # Batching: above this many partitions; then about MAX_BATCHES batches per sweep, each chunk at
 # most CHUNK_BYTES (a flush rewrites a batch's chunks whole). A batch pays ~30 ms of chunk writes:
 # at 10^5 trivial (1 ms) partitions, 512 batches of 200 made that 15 % of the kernels, 128 of 800

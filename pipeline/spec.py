@@ -36,10 +36,10 @@ from typing import Any, Optional, Union
 
 import numpy as np
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
-from .scales import ScaleError, at_scale, default_store
+from .errors import ScaleError, SpecError
+from .scales import at_scale, default_store
 
 MAX_CELLS = 10_000_000
 SPEC_ATTR = "tokensweep_spec"  # the store attribute holding a cube's spec as JSON
@@ -48,10 +48,6 @@ MAX_CHECKPOINTS = 100_000
 MAX_TRAJECTORIES = 1_000_000_000  # per cell; the store-size limit usually refuses far fewer
 MAX_TOKENS = MAX_DIMENSION = 4096  # n and d: an n x n attention or a d x d matrix per trajectory
 MAX_STORE_GIB = 20.0  # default of the store-size limit; TOKENSWEEP_MAX_STORE_GIB changes it
-
-
-class SpecError(ValueError):
-    """A spec that cannot run; the message names the field and the fix."""
 
 
 def _axis_values(value: Any, field: str) -> list:

@@ -47,7 +47,7 @@ from typing import Literal, Optional, Union
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from .spec import _Strict, _short, refuse
+from .spec import _short, _Strict, refuse
 
 KINDS = ("uniform", "hemisphere", "overlap", "equiangular", "box", "gaussian", "file")
 SPELLINGS = {"uniform_sphere": "uniform"}  # older names of a kind

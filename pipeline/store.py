@@ -42,13 +42,14 @@ import numpy as np
 import xarray as xr
 
 from . import location
+from .errors import SpecError, StoreError
 from .failures import clear_error, errors_dir, read_error, write_error  # noqa: F401 (re-exported)
 from .models import get_model
 from .plan import Partition, Plan, default_batch_shape
 from .provenance import code_version, software_versions  # noqa: F401 (re-exported)
 from .recording import declared_outputs, dimension_coords, dimension_sizes
 from .seeds import SEEDING_SCHEME
-from .spec import SPEC_ATTR, SpecError, SweepBase, sweep_from_json
+from .spec import SPEC_ATTR, SweepBase, sweep_from_json
 
 PENDING, DONE, FAILED = 0, 1, 2
 STATUS_MEANINGS = "pending done failed"
@@ -73,10 +74,6 @@ COORD_ATTRS = {
     "component": {"long_name": "coordinate index in R^d", "units": "1"},
 }
 DAMAGED_HINT = "the store is damaged: restore it from a copy, or delete it and run the spec again"
-
-
-class StoreError(ValueError):
-    """A store that cannot be used as asked; the message says why and what to do."""
 
 
 def template(sweep: SweepBase) -> xr.Dataset:

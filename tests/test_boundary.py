@@ -20,7 +20,8 @@ from scipy.optimize import brentq
 
 from tokensweep.pipeline import theory
 from tokensweep.pipeline.boundary import Design, check_request, search
-from tokensweep.pipeline.spec import SpecError, parse_sweep
+from tokensweep.pipeline.errors import SpecError
+from tokensweep.pipeline.spec import parse_sweep
 
 from conftest import TOKENSWEEP
 

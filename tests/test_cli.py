@@ -23,9 +23,10 @@ import yaml
 
 from conftest import SPECS, TOKENSWEEP
 
+from tokensweep.pipeline.errors import StoreError
 from tokensweep.pipeline.models import get_model
 from tokensweep.pipeline.spec import CATALOG, load_sweep
-from tokensweep.pipeline.store import DONE, StoreError, read_status
+from tokensweep.pipeline.store import DONE, read_status
 
 pytestmark = pytest.mark.timeout(600)
 QUICKSTART = yaml.safe_load((CATALOG / "quickstart.yaml").read_text())

@@ -18,14 +18,15 @@ import time
 import numpy as np
 import pytest
 import xarray as xr
-from distributed import Client
 from conftest import SPECS, TOKENSWEEP, api, output_cube, the_flow_run_of_store
+from distributed import Client
 from typer.testing import CliRunner
 
 from tokensweep.flows.cli import app
+from tokensweep.pipeline.errors import StoreError
 from tokensweep.pipeline.lock import lock_path, store_lock
 from tokensweep.pipeline.spec import load_sweep
-from tokensweep.pipeline.store import DONE, PENDING, StoreError, prepare_store, read_partition_table
+from tokensweep.pipeline.store import DONE, PENDING, prepare_store, read_partition_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # real servers and clusters: `pytest -m slow`
 runner = CliRunner()

@@ -22,11 +22,11 @@ import xarray as xr
 from conftest import TINY, output_cube, reference_cube
 
 from tokensweep.pipeline import grow
+from tokensweep.pipeline.errors import StoreError
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.spec import parse_sweep
-from tokensweep.pipeline.store import (DONE, StoreError, prepare_store, read_partition_table,
-                                       read_status, stored_sweep)
+from tokensweep.pipeline.store import DONE, prepare_store, read_partition_table, read_status, stored_sweep
 
 pytestmark = pytest.mark.slow  # grows real stores, kills real processes: `pytest -m slow`
 

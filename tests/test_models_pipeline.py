@@ -22,12 +22,13 @@ from tokensweep.flows.cli import app
 from tokensweep.kernels import vocabulary
 from tokensweep.pipeline import theory
 from tokensweep.pipeline.analysis import antipodal, clustering
+from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.models import get_model, registry
 from tokensweep.pipeline.models.euclidean_flow import EuclideanFlowSweep
 from tokensweep.pipeline.models.sphere_flow import SphereFlowSweep
 from tokensweep.pipeline.report import write_report
-from tokensweep.pipeline.spec import SpecError, load_sweep, parse_sweep
+from tokensweep.pipeline.spec import load_sweep, parse_sweep
 from tokensweep.pipeline.store import prepare_store
 
 CATALOG = Path(__file__).parent.parent / "catalog"

@@ -15,9 +15,10 @@ import yaml
 from conftest import TINY, TOKENSWEEP
 
 import tokensweep
+from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.execute import run_partition, simulate_partition
 from tokensweep.pipeline.plan import Plan
-from tokensweep.pipeline.spec import SpecError, estimated_store_bytes, parse_sweep
+from tokensweep.pipeline.spec import estimated_store_bytes, parse_sweep
 from tokensweep.pipeline.store import prepare_store
 
 RECORDED = {**TINY, "name": "recorded", "grid": {"beta": [0.5, 2.0], "d": 3, "n": 4},

@@ -4,8 +4,9 @@ import pytest
 import yaml
 
 import tokensweep
+from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.scales import at_scale
-from tokensweep.pipeline.spec import SpecError, load_sweep
+from tokensweep.pipeline.spec import load_sweep
 
 SPEC = {
     "name": "tiny", "model": "stochastic_transformer",

@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tokensweep.flows.cli import app
-from tokensweep.pipeline.spec import SpecError, load_sweep, parse_sweep
+from tokensweep.pipeline.errors import SpecError
+from tokensweep.pipeline.spec import load_sweep, parse_sweep
 from tokensweep.pipeline.store import prepare_store
 
 SPECS = Path(__file__).parent / "specs"

@@ -20,13 +20,14 @@ from conftest import TOKENSWEEP
 
 from tokensweep.kernels.starts import draw_start, draw_starts
 from tokensweep.pipeline.analysis.stats import wilson_interval
+from tokensweep.pipeline.errors import SpecError, StoreError
 from tokensweep.pipeline.execute import pending_partitions, run_partition, simulate_partition
 from tokensweep.pipeline.models import get_model
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.seeds import trajectory_rngs
-from tokensweep.pipeline.spec import SpecError, load_sweep, parse_sweep
+from tokensweep.pipeline.spec import load_sweep, parse_sweep
 from tokensweep.pipeline.starts import load_file, starts_of
-from tokensweep.pipeline.store import StoreError, growth, prepare_store, stored_sweep
+from tokensweep.pipeline.store import growth, prepare_store, stored_sweep
 from tokensweep.pipeline.theory import antipodal_probability, antipodal_probability_given_overlap
 
 KS_LEVEL = 1e-3

@@ -13,10 +13,11 @@ from conftest import output_cube, reference_cube
 
 from tokensweep.kernels.stochastic import simulate_stochastic_transformer
 from tokensweep.pipeline.analysis.antipodal import antipodal_table
+from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.report import write_report
 from tokensweep.pipeline.seeds import trajectory_rngs
-from tokensweep.pipeline.spec import SpecError, parse_sweep
+from tokensweep.pipeline.spec import parse_sweep
 from tokensweep.pipeline.store import prepare_store
 
 LAYERED = {

@@ -251,7 +251,8 @@ SPEC = {"name": "opts", "model": "stochastic_transformer", "grid": {"beta": [0.5
     ({"matrices": {"V": np.eye(3).tolist()}}, "matrices", "keys Q and/or K"),
 ])
 def test_spec_refuses_options_that_do_not_fit_in_one_line(changes, field, text):
-    from tokensweep.pipeline.spec import SpecError, parse_sweep
+    from tokensweep.pipeline.errors import SpecError
+    from tokensweep.pipeline.spec import parse_sweep
 
     with pytest.raises(SpecError) as err:
         parse_sweep({**SPEC, **changes})

@@ -22,7 +22,8 @@ import functools
 import numpy as np
 import xarray as xr
 
-from ..spec import SPEC_ATTR, SpecError, SweepBase, sweep_from_json
+from ..errors import SpecError
+from ..spec import SPEC_ATTR, SweepBase, sweep_from_json
 
 __all__ = ["stored_spec", "closed_form", "grid_dims", "done_mask", "done_finite", "wilson_interval",
            "chi_square_summary", "cells_of", "flag", "pending_count"]

@@ -23,8 +23,8 @@ from typing import Annotated, Union
 
 from pydantic import Field, TypeAdapter
 
+from ..errors import SpecError
 from ..plugin import Model
-from ..spec import SpecError
 
 ENTRY_POINT_GROUP = "tokensweep.models"
 

@@ -314,9 +314,7 @@ class SphereFlow(Model):
         return np.full(shape, 1.0 if kind in ("hemisphere", "equiangular") else np.nan)
 
     def sections(self, sweep):
-        from ..report import clustering  # here, not above: workers never draw (matplotlib, scipy.stats)
-
-        from ..report import overlaps
+        from ..report import clustering, overlaps  # here, not above: workers never draw (matplotlib, scipy.stats)
 
         return [clustering.merge_section, clustering.cluster_count_section,
                 clustering.hemisphere_section, clustering.equiangular_section,

@@ -20,9 +20,9 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
+from ..matrix_fields import Matrix, check_fixes_d, square_matrix
 from ..plugin import Model
 from ..recording import RecordingSweep, record_arguments
-from ..matrix_fields import Matrix, check_fixes_d, square_matrix
 from ..spec import MAX_LAYERS, Grid, _axis_values, refuse
 from ..starts import Start, initial_overlap
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells

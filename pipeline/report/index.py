@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 from .. import location
+from ..errors import StoreError
 from ..provenance import code_version
-from ..store import StoreError, open_cube, stored_sweep
+from ..store import open_cube, stored_sweep
 from .html import render_page
 
 __all__ = ["write_index", "find_stores"]

@@ -21,7 +21,8 @@ import pytest
 import xarray as xr
 from conftest import SLOW, TOKENSWEEP, output_cube
 
-from tokensweep.pipeline.store import DONE, PENDING, StoreError, read_partition_table
+from tokensweep.pipeline.errors import StoreError
+from tokensweep.pipeline.store import DONE, PENDING, read_partition_table
 
 NAME = "slurm-test"
 JOB_NAME = f"tokensweep-{NAME}"
