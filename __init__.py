@@ -98,17 +98,10 @@ def run(spec, store=None, workers=None, scheduler=None, progress=True, scale=Non
     scheduler file of an existing Dask cluster. Raises SpecError or StoreError before anything
     runs (the message names the field and the fix), SweepError when partitions failed.
     """
-    from .flows.child import resolve_for_store, run_in_child
-    from .pipeline.spec import SweepBase, read_spec, spec_at_scale
+    from .flows.child import run_in_child
+    from .pipeline.prepare import prepare_sweep
 
-    if isinstance(spec, SweepBase):
-        data = spec.model_dump(mode="json", exclude={"store"})
-        store = spec.store if store is None else store
-    elif isinstance(spec, dict):
-        data = spec_at_scale(spec, scale)
-    else:
-        data = read_spec(spec, scale or "small")
-    sweep = resolve_for_store(data, None if store is None else str(store))
+    sweep = prepare_sweep(spec, scale=scale, store=store)
     summary = run_in_child(sweep, workers=workers, scheduler=scheduler, progress=progress)
     if progress:
         print(f"computed {summary['computed']} of {summary['partitions']} partitions into {sweep.store}")

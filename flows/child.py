@@ -30,48 +30,18 @@ import time
 from pathlib import Path
 
 from ..pipeline.errors import SpecError, StoreError, SweepError
-from ..pipeline.spec import SweepBase, parse_sweep
+from ..pipeline.spec import SweepBase
 
-__all__ = ["SweepError", "resolve_for_store", "run_in_child"]
+__all__ = ["SweepError", "run_in_child"]
 
 POLL_S = 0.5
 RESULT = "tokensweep-result: "  # prefix of the child's one line of JSON on stdout
 
 
-def resolve_for_store(data: dict, store: str | None = None) -> SweepBase:
-    """The spec to run on `store`, checked against what the store holds; writes nothing.
-
-    As ``tokensweep run`` does: a store keeps the partitioning it was created with unless the
-    spec names one; a spec that only adds (`store.growth`) grows the store; anything else, a
-    damaged store or one locked by another sweep raises StoreError.
-    """
-    from ..pipeline import location
-    from ..pipeline.lock import describe_lock
-    from ..pipeline.store import growth, read_status, stored_sweep
-
-    sweep = parse_sweep(data, store=store)
-    path = sweep.store if location.is_remote(sweep.store) else Path(sweep.store)
-    if location.is_remote(path):
-        location.check_reachable(path)
-    if location.holds_anything(path):
-        old = stored_sweep(path)
-        if "partition_traj" not in data:
-            sweep = parse_sweep({**data, "partition_traj": old.partition_traj}, store=store)
-        added = growth(old, sweep, path)
-        if location.is_remote(path):
-            from ..pipeline.grow import refuse_remote
-
-            refuse_remote(path, added)
-        read_status(path)
-    lock = describe_lock(path)
-    if lock:
-        raise StoreError(f"{path} is being written by another sweep ({lock})")
-    return sweep
-
-
 def run_in_child(sweep: SweepBase, workers: int | None = None, scheduler: str | None = None,
                  progress: bool = True) -> dict:
-    """Run `sweep` (already resolved) in a child process; returns its summary."""
+    """Run `sweep` (checked by `pipeline.prepare.prepare_sweep`) in a child process; returns
+    its summary."""
     with tempfile.TemporaryDirectory(prefix="tokensweep-run-") as tmp:
         spec_file = Path(tmp) / "spec.json"
         spec_file.write_text(json.dumps(sweep.model_dump(mode="json")))

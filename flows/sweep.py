@@ -1,6 +1,6 @@
 """The Prefect ``sweep`` flow: wiring only, every step is one pipeline call.
 
-validate -> lock -> prepare store (create, resume or grow) -> plan -> one task per
+validate (`pipeline.prepare`) -> lock -> prepare store (create, resume or grow) -> plan -> one task per
 partition not yet done, or, for a batched store (more than a few thousand partitions), tasks
 of batches holding such partitions (`pipeline/batch.py`), TASKS_PER_WORKER per worker of the
 cluster, each a share of the batches dealt as teams are picked (on whatever task runner
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.context import FlowRunContext
@@ -26,9 +25,9 @@ from ..pipeline import location
 from ..pipeline.batch import run_batches
 from ..pipeline.execute import pending_partitions, run_partition
 from ..pipeline.plan import Plan
+from ..pipeline.prepare import prepare_sweep
 from ..pipeline.spec import parse_sweep
-from ..pipeline.store import (FAILED, open_cube, prepare_store, read_status, record_provenance,
-                              store_batch_shape)
+from ..pipeline.store import FAILED, open_cube, prepare_store, read_status, record_provenance, store_batch_shape
 from .flow_lock import flow_lock
 
 PARTITION_RETRIES = 2
@@ -87,7 +86,9 @@ def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool
     ones), then report (unless `report` is False: a round of a search, whose caller reads the
     store). Safe to retry: done partitions are never recomputed."""
     logger = get_run_logger()
-    sweep = parse_sweep(spec, store=store)
+    # the one pre-run check, as the CLI and the API make it: a run launched from the UI (or
+    # `serve`) gets the same refusals, before anything is created; the lock is taken below
+    sweep = prepare_sweep(spec, store=store, check_lock=False)
     with flow_lock(store):  # before the store is created or grown: two new runs never collide
         created = prepare_store(sweep, store)
         plan = Plan(sweep)

@@ -17,12 +17,14 @@ from conftest import TINY
 import tokensweep
 from tokensweep.pipeline.store import DONE, read_status
 
-pytestmark = pytest.mark.slow  # stores grown through real flows, subprocesses: `pytest -m slow`
+# stores grown through real flows, subprocesses: `pytest -m slow`; refusals (nothing runs) are quick
+slow = pytest.mark.slow
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "docs" / "example.ipynb"
 SMALL = {**TINY, "name": "small", "grid": {"beta": [0.5, 2.0], "d": 3, "n": 2}, "trajectories": 10}
 
 
+@slow
 def test_import_is_light_and_registers_the_accessor():
     code = ("import sys, tokensweep, xarray as xr; "
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
@@ -52,6 +54,18 @@ def test_run_refuses_bad_input_before_anything_runs(tmp_path):
     assert not store.exists()
 
 
+def test_run_refuses_a_store_over_the_size_limit_before_anything_runs(tmp_path, monkeypatch):
+    """The store-size limit holds for a dict and a parsed spec too (`pipeline.prepare`), not only
+    for a YAML file: refused with the size and the setting that allows it, nothing written."""
+    monkeypatch.setenv("TOKENSWEEP_MAX_STORE_GIB", "1e-6")  # ~1 KiB
+    store = tmp_path / "big.zarr"
+    for spec in (SMALL, tokensweep.load_spec(SMALL)):
+        with pytest.raises(tokensweep.SpecError, match=r"store would need [\d.]+ KiB") as err:
+            tokensweep.run(spec, store=store, progress=False)
+        assert "TOKENSWEEP_MAX_STORE_GIB=" in str(err.value)
+        assert not store.exists() and not list(tmp_path.iterdir())
+
+
 SCRIPT = """
 import tokensweep
 
@@ -63,6 +77,7 @@ print("RESULT", ds.attrs["pending"], p.N.values.tolist())
 """
 
 
+@slow
 def test_run_from_a_plain_script_without_a_main_guard(prefect_server, tmp_path):
     store = tmp_path / "script.zarr"
     script = tmp_path / "sweep_script.py"  # no `if __name__ == "__main__":` anywhere
@@ -78,6 +93,7 @@ def test_run_from_a_plain_script_without_a_main_guard(prefect_server, tmp_path):
     assert (read_status(store) == DONE).all()
 
 
+@slow
 def test_run_grows_a_store_computing_only_the_new_partitions(prefect_server, tmp_path, capsys):
     store = tmp_path / "grown.zarr"
     ds = tokensweep.run(SMALL, store=store, workers=1)
@@ -95,6 +111,7 @@ def test_run_grows_a_store_computing_only_the_new_partitions(prefect_server, tmp
                         "seed": 12}, store=store)
 
 
+@slow
 def test_the_example_notebook_executes(prefect_server, tmp_path):
     import nbformat
     from nbclient import NotebookClient
