@@ -12,7 +12,6 @@ import numpy as np
 
 from .ensembles import fill_normals
 
-
 PARALLEL_DRAW_MIN = 16384  # normals per trajectory from which threads draw faster (below)
 
 

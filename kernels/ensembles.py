@@ -38,8 +38,10 @@ the matrices and once per trajectory, for each head omega_h (d uniforms on (0, 1
 import numpy as np
 from numba import njit
 
-from tokensweep.kernels import cache  # noqa: F401  (numba's cache folder, before any decoration)
-from tokensweep.kernels import vocabulary
+from tokensweep.kernels import (
+    cache,  # noqa: F401  (numba's cache folder, before any decoration)
+    vocabulary,
+)
 from tokensweep.kernels.attention import normalize_rows
 from tokensweep.kernels.hemisphere import in_open_hemisphere  # noqa: F401  (re-exported)
 

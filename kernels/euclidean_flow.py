@@ -51,12 +51,26 @@ filled into one record of arrays (`outcomes.allocate_outputs`, z_final doubling 
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import vocabulary
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    vocabulary,
+)
 from .ensembles import ENSEMBLE_CODES, draw_matrix
-from .euclidean_schemes import (DISCRETE, INTEGRATOR_CODES, RK4, _matmul, _project,  # noqa: F401
-                                advance, allocate_frame, allocate_work, attention_matrix,
-                                continuous_frame, copy_frame, discrete_frame, expm)
+from .euclidean_schemes import (  # noqa: F401
+    DISCRETE,
+    INTEGRATOR_CODES,
+    RK4,
+    _matmul,
+    _project,
+    advance,
+    allocate_frame,
+    allocate_work,
+    attention_matrix,
+    continuous_frame,
+    copy_frame,
+    discrete_frame,
+    expm,
+)
 from .outcomes import allocate_outputs, record_class, union
 
 VALUE_ENSEMBLES = vocabulary.EUCLIDEAN_VALUE_ENSEMBLES

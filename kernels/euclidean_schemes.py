@@ -35,8 +35,10 @@ rounding does not vanish once tokens merge).
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import vocabulary
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    vocabulary,
+)
 
 EULER = 0
 RK4 = 1

@@ -24,8 +24,11 @@ for all trajectories (`outcomes`).
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import observables, vocabulary
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    observables,
+    vocabulary,
+)
 from .attention import ATTENTION_CODES, attention, gram, normalize_rows, scaled_step, uniform_start
 from .outcomes import (
     OUTPUTS,

@@ -25,8 +25,10 @@ it in `vocabulary.OBSERVABLES`, write it in `record_observables`, carry it in `c
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import vocabulary
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    vocabulary,
+)
 from .hemisphere import _minor_cycles
 from .outcomes import RECORD_FIELDS, allocate_outputs  # noqa: F401  (RECORD_FIELDS re-exported)
 from .sphere_outcomes import energy

@@ -34,8 +34,15 @@ import numpy as np
 from numba import njit
 
 from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from .vocabulary import (ANTIPODAL, HEMISPHERE_DIRECTION, OBSERVABLES, SINGLE_CLUSTER,
-                         SPHERE_OUTCOMES, UNRESOLVED, OutputSpec)
+from .vocabulary import (
+    ANTIPODAL,
+    HEMISPHERE_DIRECTION,
+    OBSERVABLES,
+    SINGLE_CLUSTER,
+    SPHERE_OUTCOMES,
+    UNRESOLVED,
+    OutputSpec,
+)
 
 __all__ = ["ANTIPODAL", "OUTPUTS", "OutputSpec", "SINGLE_CLUSTER", "SphereOutcomes", "UNRESOLVED"]
 

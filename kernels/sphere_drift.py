@@ -49,8 +49,7 @@ def _weights(x, t, h, par, mats, ws):
     e[j, i] holds exp(logit_ij - shift_i) for the keys j of query i, 0 for masked (causal) keys.
     Returns True when the weights do not depend on the head (Q = K = I, not time-varying).
     """
-    beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0 = (par[0], par[1], par[2], par[3],
-                                                                     par[4], par[5], par[6])
+    beta, kind, causal, qk_identity, tv_mode, log_scale0 = par[0], par[1], par[2], par[3], par[5], par[6]
     m = mats[0]
     amp, omega, phase = mats[2], mats[3], mats[4]
     xt, yt, at, bt, ft, e, tot, mx, lsh, u1, u2, mt = ws  # `sphere_flow.workspace`

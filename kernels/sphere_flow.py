@@ -64,8 +64,12 @@ Device: `device="cuda"` runs the symmetric path's configurations in PyTorch on a
 import numpy as np
 from numba import njit
 
-from tokensweep.kernels import cache  # noqa: F401  (numba's cache folder, before any decoration)
-from tokensweep.kernels import observables, outcomes, vocabulary
+from tokensweep.kernels import (
+    cache,  # noqa: F401  (numba's cache folder, before any decoration)
+    observables,
+    outcomes,
+    vocabulary,
+)
 from tokensweep.kernels import sphere_symmetric as symmetric
 from tokensweep.kernels.blocks import block_size, run_blocks, start_normals
 from tokensweep.kernels.ensembles import (
@@ -76,6 +80,8 @@ from tokensweep.kernels.ensembles import (
     qk_products,
     shape_start,
 )
+from tokensweep.kernels.sphere_arguments import resolve_time_varying as _resolve_time_varying
+from tokensweep.kernels.sphere_arguments import resolve_weights as _resolve_weights
 from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift, retract, ...)
     EULER,
     HARDMAX,
@@ -95,8 +101,6 @@ from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift
     retract,
     step,
 )
-from tokensweep.kernels.sphere_arguments import resolve_time_varying as _resolve_time_varying
-from tokensweep.kernels.sphere_arguments import resolve_weights as _resolve_weights
 from tokensweep.kernels.sphere_noise import noisy_euler_step, resolve_noise
 from tokensweep.kernels.sphere_norms import NORM_CODES, normalised_step
 from tokensweep.kernels.sphere_outcomes import energy, frac_close, memory, record  # noqa: F401

@@ -19,8 +19,10 @@ A_i = 0 exactly (peri, ngpt) gives no move.
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (numba's cache folder, before any decoration)
-from . import vocabulary
+from . import (
+    cache,  # noqa: F401  (numba's cache folder, before any decoration)
+    vocabulary,
+)
 from .sphere_drift import _head_sum
 from .vecmath import tiny_like
 

@@ -16,10 +16,12 @@ Besides the shared ones of `outcomes` (overlap extremes, cluster class and count
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import outcomes
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    outcomes,
+)
 from .hemisphere import hemisphere_test
-from .vecmath import exp_vec, exp_unclamped
+from .vecmath import exp_unclamped, exp_vec
 
 
 @njit(nogil=True, cache=True)

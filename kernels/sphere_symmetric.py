@@ -43,8 +43,11 @@ exp and constants); records are computed in float64 from the state.
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import observables, outcomes
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    observables,
+    outcomes,
+)
 from .ensembles import shape_start
 from .gemm import BLOCK, gram_upper
 from .sphere_drift import EULER, TV_NONE, V_IDENTITY, V_MINUS_IDENTITY

@@ -39,9 +39,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import observables, outcomes
-from .ensembles import GIVEN, shape_start
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    observables,
+    outcomes,
+)
+from .ensembles import shape_start
 from .sphere_outcomes import record
 
 NEEDS_CUDA = "device: cuda needs PyTorch with a CUDA GPU on the worker"

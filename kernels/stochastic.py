@@ -75,8 +75,11 @@ kernels release the GIL, so the outputs do not depend on the thread count.
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import observables, vocabulary
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    observables,
+    vocabulary,
+)
 from .attention import (
     ATTENTION_CODES,
     CAUSAL_SA,

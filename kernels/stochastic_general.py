@@ -12,8 +12,10 @@ fast=False where `fast_exp.matches_libm()` is False (another C library), which k
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import observables
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    observables,
+)
 from .attention import CAUSAL_SA, attention, finish_row, gram, normalize_rows, scaled_step, uniform_start
 from .fast_exp import HEAD, TAIL, exp_array
 from .outcomes import carry_forward, finish_trajectory, record_overlaps, resolved_for

@@ -46,8 +46,10 @@ Taken for the defaults only (gaussian law and noise, Q = K = I, SA or USA, discr
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import observables
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    observables,
+)
 from .attention import USA, gram, normalize_row, normalize_rows, uniform_start
 from .fast_exp import HEAD, TAIL
 from .lanes import (

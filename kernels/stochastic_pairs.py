@@ -54,8 +54,10 @@ inside njit) are 55-65 % of a step at d >= 16.
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import observables
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    observables,
+)
 from .attention import USA, gram, normalize_rows, uniform_start
 from .lanes import (
     WIDE,

@@ -28,11 +28,13 @@ there. Early stopping, checkpoints and outputs: as kernels/stochastic.py.
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from . import observables
+from . import (
+    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
+    observables,
+)
 from .attention import attention, gaussian_values, gram, householder_r, normalize_row, normalize_rows, uniform_start
 from .outcomes import finish_trajectory, record_overlaps, resolved_for
-from .stochastic import _stop
+from .stochastic_general import stop
 from .stochastic_options import bilinear_logits
 
 __all__ = ["geodesic_step"]
@@ -110,7 +112,7 @@ def trajectory_sde(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, eps
             if keep:
                 states[r, c] = x
             if resolved_for(out, r, c, window):
-                _stop(out, r, c, states, x)
+                stop(out, r, c, states, x)
                 break
             c += 1
     finish_trajectory(out, r, ok, times)
