@@ -90,16 +90,13 @@ def count_files(path: Path) -> int:
 
 def sweep_on(spec: dict, store: Path, workers: int, report: bool = True) -> tuple[float, dict]:
     """Wall time of one flow run on a fresh LocalCluster of `workers` (start-up excluded)."""
-    import dask
-    from distributed import LocalCluster
-
-    from tokensweep.flows.run import LOCAL_CLUSTER_CONFIG, run_sweep
+    from tokensweep.flows.clusters import start_local_cluster
+    from tokensweep.flows.run import run_sweep
     from tokensweep.flows.server import ensure_server
 
     ensure_server()  # started once, not timed: a sweep finds it running
     import tokensweep.flows.sweep  # noqa: F401  the CLI has imported it before a flow starts
-    with dask.config.set(LOCAL_CLUSTER_CONFIG), LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+    with start_local_cluster(workers, preload=False) as cluster:
         warm = cluster.get_client()  # import tokensweep and compile the kernels on each worker
         warm.run(_warm_up)
         started = time.perf_counter()

@@ -178,11 +178,11 @@ def parts() -> None:
             "t0 = time.perf_counter()\nsimulate_partition(s, Plan(s)[0])\n"
             "took = {'s': time.perf_counter() - t0}",
         "2-worker LocalCluster: start":
-            "from tokensweep.flows.run import start_local_cluster\nt0 = time.perf_counter()\n"
+            "from tokensweep.flows.clusters import start_local_cluster\nt0 = time.perf_counter()\n"
             "c = start_local_cluster(2, preload=False)\nt1 = time.perf_counter()\nc.close()\n"
             "took = {'s': t1 - t0, 'close': time.perf_counter() - t1}",
         "2-worker LocalCluster: start, worker modules preloaded":
-            "from tokensweep.flows.run import start_local_cluster\nt0 = time.perf_counter()\n"
+            "from tokensweep.flows.clusters import start_local_cluster\nt0 = time.perf_counter()\n"
             "c = start_local_cluster(2)\nt1 = time.perf_counter()\nc.close()\n"
             "took = {'s': t1 - t0, 'close': time.perf_counter() - t1}",
     }

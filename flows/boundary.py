@@ -12,7 +12,6 @@ looks on what the stores hold and computes only what is missing.
 from __future__ import annotations
 
 import json
-import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
@@ -98,14 +97,10 @@ def _runner(address: str):
 
 @contextmanager
 def _local_cluster(workers: Optional[int]):
-    """One LocalCluster of single-threaded worker processes for every round of the search."""
-    import dask
-    from distributed import LocalCluster
-
-    from .run import LOCAL_CLUSTER_CONFIG, prepare_environment
+    """One local cluster (`clusters.start_local_cluster`) for every round of the search."""
+    from .clusters import start_local_cluster
+    from .run import prepare_environment
 
     prepare_environment(None)  # the server URL and NUMBA_NUM_THREADS=1 before the workers start
-    dask.config.set(LOCAL_CLUSTER_CONFIG)
-    with LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
-                      processes=True, dashboard_address=":0") as cluster:
+    with start_local_cluster(workers) as cluster:
         yield cluster.scheduler_address

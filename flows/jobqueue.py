@@ -200,7 +200,7 @@ def build_cluster(options: JobqueueOptions, api_url: str, **kwargs):
     """The dask-jobqueue cluster (its scheduler starts here; no job is submitted yet)."""
     import dask
 
-    from .run import LOCAL_CLUSTER_CONFIG
+    from .clusters import LOCAL_CLUSTER_CONFIG
 
     dask.config.set(LOCAL_CLUSTER_CONFIG)  # the scheduler runs in this process
     cluster_class = getattr(import_dask_jobqueue(), KINDS[options.kind][0])

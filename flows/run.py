@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from urllib.parse import urlparse
 
 from . import forkserver, warm_kernels
+from .clusters import WORKER_PRELOAD, cap_threads, local_workers, start_local_cluster
 from .server import ensure_server
 
 SCHEDULER_HINT = ("start one with `dask scheduler --scheduler-file FILE` (see docs/cluster.md), "
@@ -56,27 +57,6 @@ def resolve_scheduler(scheduler: str | None = None, scheduler_file: str | None =
     return scheduler
 
 
-# Partitions are long and uniform: a worker gets its next one only when it is free. The default
-# saturation (1.1) sends two to a one-thread worker, so at the end of a sweep one worker can sit
-# idle while another has a partition queued.
-LOCAL_CLUSTER_CONFIG = {"distributed.scheduler.worker-saturation": 1.0}
-
-
-# Imported by each local worker as it starts (distributed's `preload`): Prefect's task engine and
-# the pipeline load while the cluster starts, not when the first partition arrives.
-WORKER_PRELOAD = "tokensweep.flows.preload"
-
-
-def local_cluster_kwargs(workers: int | None = None, preload: bool = True) -> dict:
-    return {
-        "n_workers": workers or os.cpu_count() or 1,
-        "threads_per_worker": 1,  # one kernel per process: numba releases the GIL anyway
-        "processes": True,
-        "dashboard_address": ":0",
-        "preload": [WORKER_PRELOAD] if preload else [],
-    }
-
-
 def start_worker_imports(spec: dict) -> None:
     """Start the forkserver local workers will fork from, importing what they need and loading
     the kernels of the sweep `spec` (`forkserver.py`): as soon as a run knows it will start a
@@ -87,29 +67,14 @@ def start_worker_imports(spec: dict) -> None:
     forkserver.start(["__main__", WORKER_PRELOAD], spec)
 
 
-def start_local_cluster(workers: int | None = None, preload: bool = True):
-    """A LocalCluster of `workers` single-threaded worker processes, returned once all are up;
-    forked from this process's forkserver where one runs (`forkserver.py`), else spawned. A
-    worker the nanny restarts later (one that died) is spawned."""
-    import dask
-    from distributed import LocalCluster
-
-    dask.config.set(LOCAL_CLUSTER_CONFIG)
-    method, env = forkserver.worker_start()
-    with dask.config.set({"distributed.worker.multiprocessing-method": method}):
-        return LocalCluster(**local_cluster_kwargs(workers, preload), env=env)
-
-
 def task_runner(workers: int | None = None, scheduler: str | None = None):
-    """A DaskTaskRunner on an existing scheduler, or on a new LocalCluster of `workers` processes."""
-    import dask
+    """A DaskTaskRunner on an existing scheduler, or on a new local cluster of `workers` processes
+    (`clusters.start_local_cluster`) for each flow run."""
     from prefect_dask import DaskTaskRunner
 
     if scheduler:
         return DaskTaskRunner(address=scheduler)
-    dask.config.set(LOCAL_CLUSTER_CONFIG)
-    return DaskTaskRunner(cluster_class="distributed.LocalCluster",
-                          cluster_kwargs=local_cluster_kwargs(workers))
+    return DaskTaskRunner(cluster_class=start_local_cluster, cluster_kwargs={"workers": workers})
 
 
 # At most this many partitions left: no cluster, they run in the flow's process (in_process.py)
@@ -121,12 +86,6 @@ def runs_in_process(pending: int) -> bool:
     most IN_PROCESS_PARTITIONS left runs them in the flow's process, and a finished sweep's
     resume stays cheap."""
     return pending <= IN_PROCESS_PARTITIONS
-
-
-def local_workers(workers: int | None, pending: int) -> int:
-    """How many local workers a run starts: as asked (one per core by default), no more than
-    the partitions it has to run."""
-    return min(workers or os.cpu_count() or 1, pending)
 
 
 @contextmanager
@@ -197,13 +156,6 @@ def point_workers_at(scheduler: str, env: dict[str, str]) -> None:
 
     with Client(scheduler, timeout="10s") as client:
         client.register_plugin(WorkerEnvironment(env))
-
-
-def cap_threads() -> None:
-    """One partition per single-threaded worker process: threads inside a kernel (numba or the
-    BLAS behind its np.dot) would only oversubscribe the cores. Local workers inherit these."""
-    for key in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(key, "1")
 
 
 def prepare_environment(scheduler: str | None) -> str:

@@ -27,7 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from .run import LOCAL_CLUSTER_CONFIG, WORKER_PRELOAD, ClusterError, resolve_scheduler
+from .clusters import LOCAL_CLUSTER_CONFIG, WORKER_PRELOAD
+from .run import ClusterError, resolve_scheduler
 from .server import ensure_server, state_dir
 
 START_TIMEOUT_S = 120.0

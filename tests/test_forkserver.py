@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent("""
     from multiprocessing import forkserver as stdlib_forkserver
     from distributed import Client
     from tokensweep.flows import forkserver
-    from tokensweep.flows.run import WORKER_PRELOAD, start_local_cluster
+    from tokensweep.flows.clusters import WORKER_PRELOAD, start_local_cluster
 
     def seen_on_worker():
         from prefect.settings import get_current_settings
@@ -67,7 +67,7 @@ ADOPTED = textwrap.dedent("""
     from distributed import Client
     from numba.core.dispatcher import Dispatcher
     from tokensweep.flows import forkserver
-    from tokensweep.flows.run import WORKER_PRELOAD, start_local_cluster
+    from tokensweep.flows.clusters import WORKER_PRELOAD, start_local_cluster
 
     def kernels_loaded():
         return sum(len(obj.overloads) for name, module in list(sys.modules.items())
