@@ -23,14 +23,18 @@ def class_fractions(ds: xr.Dataset) -> xr.Dataset:
     """Fractions antipodal and unresolved over (grid..., t) among the counted trajectories."""
     cc = ds["cluster_class"]
     keep = done_finite(ds, cc.isel(t=0, drop=True))
+    # the count is `counted`, never `n`: `n` is the token-count grid axis, and a variable of that
+    # name would stand for the coordinate (every fraction divided by n, as it once was)
     counts = xr.Dataset({"antipodal": ((cc == CLASS_ANTIPODAL) & keep).sum("traj"),
                          "unresolved": ((cc == CLASS_UNRESOLVED) & keep).sum("traj"),
-                         "n": keep.sum("traj")}).compute()
-    n = counts.n.where(counts.n > 0)  # a cell with nothing counted yet: NaN, not a warning
-    return xr.Dataset({"antipodal": counts.antipodal / n, "unresolved": counts.unresolved / n})
+                         "counted": keep.sum("traj")}).compute()
+    counted = counts.counted.where(counts.counted > 0)  # nothing counted yet: NaN, not a warning
+    return xr.Dataset({"antipodal": counts.antipodal / counted, "unresolved": counts.unresolved / counted})
 
 
-def plot_class_fractions(frac: xr.Dataset, attrs: dict, path) -> str:
+def plot_class_fractions(frac: xr.Dataset, attrs: dict, path):
+    """Per panel (shown cell of the other axes) and beta: the antipodal fraction against t (solid,
+    markers) then the unresolved one (dashed); the path written (the open figure for path None)."""
     dims = [d for d in frac.antipodal.dims if d not in ("t", "beta")]
     cells = shown_cells(frac.antipodal.isel(t=0, drop=True), dims)
     fig, axes = subplots(len(cells), width=5.5)

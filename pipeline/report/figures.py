@@ -106,12 +106,17 @@ def scalar(sub: xr.Dataset, name: str, default):
     return sub.attrs.get(name, default)
 
 
-def save(fig, path, title) -> str:
+def save(fig, path, title):
+    """Title the figure (wrapped to its width), write it to `path` and close it; returns the path.
+    With path None the figure is returned titled and open instead (a test reads back the numbers
+    its axes draw, a notebook shows it): every `plot_*` of the report passes its path through."""
     # wrapped to the figure's width (about 13 characters per inch at 10 pt), never cut at its edges
     width = max(20, int(fig.get_figwidth() * 13))
     title = "\n".join(textwrap.fill(line, width) for line in str(title).splitlines())
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    if path is None:
+        return fig
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return str(path)

@@ -21,7 +21,7 @@ from ..analysis.stats import done_finite, grid_dims
 from ..plugin import Part, ReportInput
 from .figures import figure_title, plt, save, subplots
 
-__all__ = ["recorded_section", "shown_cells", "MAX_CELLS"]
+__all__ = ["recorded_section", "counted_mean", "shown_cells", "cell_label", "MAX_CELLS"]
 
 MAX_CELLS = 9
 NOT_DRAWN = ("gram", "states")
@@ -39,7 +39,7 @@ def cell_label(da: xr.DataArray, sel: dict) -> str:
     return ", ".join(f"{d} = {da[d].values[i]:g}" for d, i in sel.items()) or "the cell"
 
 
-def _counted_mean(ds: xr.Dataset, name: str) -> xr.DataArray:
+def counted_mean(ds: xr.Dataset, name: str) -> xr.DataArray:
     """Mean of output `name` over the counted trajectories, over (grid..., t, extra...)."""
     var = ds[name]
     keep = done_finite(ds, var.isel({d: 0 for d in var.dims if d not in grid_dims(ds) + ["traj"]},
@@ -87,14 +87,14 @@ def recorded_section(report: ReportInput) -> Part:
     shown = f" ({min(MAX_CELLS, n_cells)} of {n_cells} cells shown, evenly spread)" if n_cells > MAX_CELLS else ""
     lines, figures = ["## Recorded observables over time", ""], {}
     if "overlap_hist" in recorded:
-        mean = _counted_mean(ds, "overlap_hist")
+        mean = counted_mean(ds, "overlap_hist")
         figures["overlap_hist"] = plot_overlap_hist(mean, dims, ds.attrs, report.out / "overlap_hist.png")
         lines += [f"Histogram of the pairwise overlaps per checkpoint{shown}: colour is the fraction of "
                   f"pairs in each of the {ds.sizes['bin']} bins of [-1, 1], mean over trajectories.", "",
                   "![overlap_hist](overlap_hist.png)", ""]
     scalars = [n for n in recorded if n not in NOT_DRAWN and n != "overlap_hist"]
     if scalars:
-        means = {n: _counted_mean(ds, n).assign_attrs(ds[n].attrs) for n in scalars}
+        means = {n: counted_mean(ds, n).assign_attrs(ds[n].attrs) for n in scalars}
         figures["observables"] = plot_scalars(means, dims, ds.attrs, report.out / "observables.png")
         lines += [f"Mean over trajectories against t of {', '.join(scalars)}{shown}.", "",
                   "![observables](observables.png)", ""]

@@ -1,0 +1,223 @@
+"""The numbers each report figure draws, read back from its matplotlib axes, against the same
+numbers computed here with numpy from the raw arrays of a real cube.
+
+The cube is a small real sweep (real kernels, real zarr store) of the stochastic transformer with
+n = 2 and n = 3 tokens and its last partition left undone: a figure that divides by the wrong
+count (classes.png once divided every fraction by the token count n), or that counts a
+trajectory of a partition not done, draws numbers that differ from these.
+
+Every `plot_*` of the report returns its figure, titled and open, when given no path.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import xarray as xr
+from conftest import TINY
+from matplotlib.container import ErrorbarContainer
+from scipy import stats
+
+from tokensweep.pipeline.analysis.antipodal import antipodal_table, any_antipodal_table
+from tokensweep.pipeline.analysis.clustering import cluster_count_mean
+from tokensweep.pipeline.analysis.stats import grid_dims
+from tokensweep.pipeline.execute import run_partition
+from tokensweep.pipeline.plan import Plan
+from tokensweep.pipeline.report.antipodal import plot_antipodal_vs_beta, plot_any_antipodal, plot_heatmap
+from tokensweep.pipeline.report.class_counts import class_fractions, plot_class_fractions
+from tokensweep.pipeline.report.clustering import plot_cluster_counts
+from tokensweep.pipeline.report.observables import counted_mean, plot_overlap_hist, plot_scalars
+from tokensweep.pipeline.spec.load import parse_sweep
+from tokensweep.pipeline.store import open_cube, prepare_store
+
+SPEC = {**TINY, "name": "figures", "grid": {"beta": [0.5, 2.0], "d": [3, 4], "n": [2, 3]},
+        "time": {"T": 8.0, "layers": 400, "checkpoints": 4}, "trajectories": 40, "partition_traj": 20,
+        "record": ["overlap_hist", "consensus_error"], "record_bins": 10}
+
+
+@pytest.fixture(scope="module")
+def cube(tmp_path_factory):
+    sweep = parse_sweep(SPEC)
+    store = tmp_path_factory.mktemp("figures") / "cube.zarr"
+    prepare_store(sweep, store)
+    for index in range(len(Plan(sweep)) - 1):  # the last partition left undone
+        run_partition(sweep, store, index)
+    with open_cube(store) as ds:
+        yield ds.load()
+
+
+def counted(ds: xr.Dataset, like: xr.DataArray) -> np.ndarray:
+    """Over like's dims (grid..., [t,] traj): the trajectory's partition is done (status, block b
+    holding trajectories [b P, (b + 1) P)) and it never went non-finite."""
+    status = ds["status"]
+    done_value = status.attrs["flag_values"][status.attrs["flag_meanings"].split().index("done")]
+    block = np.arange(ds.sizes["traj"]) // SPEC["partition_traj"]
+    done = xr.DataArray(status.values[..., block] == done_value, dims=status.dims[:-1] + ("traj",))
+    keep = done & ~ds["nonfinite"].astype(bool)
+    assert not keep.all() and keep.any()  # the undone partition is there to be left out
+    return keep.broadcast_like(like).transpose(*like.dims).values
+
+
+def panel_cell(ax, coords: dict) -> dict:
+    """'d = 3, n = 2' (a panel's title) as {'d': 3.0, 'n': 2.0}."""
+    cell = {k.strip(): float(v) for k, v in (p.split("=") for p in ax.get_title().split(","))}
+    assert set(cell) <= set(coords)
+    return cell
+
+
+def visible_axes(fig):
+    return [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+
+
+def test_classes_png_draws_the_fraction_of_counted_trajectories(cube):
+    cc = cube["cluster_class"].transpose(*grid_dims(cube), "t", "traj")
+    keep = counted(cube, cc)
+    values = cc.values
+    antipodal = ((values == 2) & keep).sum(-1) / keep.sum(-1)
+    unresolved = ((values == 0) & keep).sum(-1) / keep.sum(-1)
+    assert 0 < antipodal.max() and (antipodal + unresolved <= 1).all()
+    dims = list(cc.dims[:-2])
+    fig = plot_class_fractions(class_fractions(cube), cube.attrs, None)
+    try:
+        panels = visible_axes(fig)
+        assert len(panels) == cube.sizes["d"] * cube.sizes["n"]
+        for ax in panels:
+            cell = panel_cell(ax, cube.coords)
+            lines = ax.get_lines()
+            assert len(lines) == 2 * cube.sizes["beta"]  # per beta: antipodal (solid), unresolved (dashed)
+            for i, beta in enumerate(cube["beta"].values):
+                at = {**cell, "beta": beta}
+                index = tuple(int(np.flatnonzero(cube[d].values == at[d])[0]) for d in dims)
+                solid, dashed = lines[2 * i], lines[2 * i + 1]
+                assert solid.get_label() == f"β = {beta:g}"
+                np.testing.assert_allclose(solid.get_xdata(), cube["t"].values)
+                np.testing.assert_allclose(solid.get_ydata(), antipodal[index], rtol=0, atol=1e-12)
+                np.testing.assert_allclose(dashed.get_ydata(), unresolved[index], rtol=0, atol=1e-12)
+    finally:
+        plt.close(fig)
+
+
+def test_phase_png_draws_p_antipodal_with_its_wilson_bars(cube):
+    cc = cube["cluster_class"].isel(t=-1).transpose("beta", "d", "n", "traj")
+    keep = counted(cube, cc) & np.isin(cc.values, (0, 1, 2))
+    k, N = ((cc.values == 2) & keep).sum(-1), keep.sum(-1)
+    fig = plot_antipodal_vs_beta(antipodal_table(cube), None)
+    try:
+        panels = visible_axes(fig)
+        assert [ax.get_title() for ax in panels] == ["n = 2", "n = 3"]  # n varies: one panel each
+        for j, ax in enumerate(panels):
+            bars = {c.get_label(): c for c in ax.containers if isinstance(c, ErrorbarContainer)}
+            assert set(bars) == {f"d = {d} (simulation)" for d in cube["d"].values}
+            for i, d in enumerate(cube["d"].values):
+                points, _, (segments,) = bars[f"d = {d} (simulation)"].lines
+                np.testing.assert_allclose(points.get_xdata(), cube["beta"].values)
+                np.testing.assert_allclose(points.get_ydata(), k[:, i, j] / N[:, i, j], rtol=0, atol=1e-12)
+                for b in range(cube.sizes["beta"]):
+                    ci = stats.binomtest(int(k[b, i, j]), int(N[b, i, j])).proportion_ci(0.95, "wilson")
+                    (_, lo), (_, hi) = segments.get_segments()[b]
+                    assert (lo, hi) == pytest.approx((ci.low, ci.high), abs=1e-9)
+    finally:
+        plt.close(fig)
+
+
+def test_clusters_png_draws_the_mean_cluster_count_of_counted_trajectories(cube):
+    nc = cube["n_clusters"].transpose(*grid_dims(cube), "t", "traj")
+    keep = counted(cube, nc)
+    mean = np.where(keep, nc.values, 0).sum(-1) / keep.sum(-1)
+    assert (mean >= 1).all()
+    fig = plot_cluster_counts(cluster_count_mean(cube), cube.attrs, None)
+    try:
+        panels = visible_axes(fig)
+        assert len(panels) == cube.sizes["d"] * cube.sizes["n"]
+        for ax in panels:
+            cell = panel_cell(ax, cube.coords)
+            i = int(np.flatnonzero(cube["d"].values == cell["d"])[0])
+            j = int(np.flatnonzero(cube["n"].values == cell["n"])[0])
+            lines = ax.get_lines()
+            assert [line.get_label() for line in lines] == [f"β = {b:g}" for b in cube["beta"].values]
+            for b, line in enumerate(lines):
+                np.testing.assert_allclose(line.get_xdata(), cube["t"].values)
+                np.testing.assert_allclose(line.get_ydata(), mean[b, i, j], rtol=1e-6)  # n_clusters: float32
+    finally:
+        plt.close(fig)
+
+
+def test_overlap_hist_png_draws_the_fraction_of_pairs_per_bin(cube):
+    hist = cube["overlap_hist"].transpose(*grid_dims(cube), "t", "traj", "bin")
+    keep = counted(cube, hist.isel(bin=0))[..., None]
+    mean = np.where(keep, hist.values, 0).sum(-2) / keep.sum(-2)  # (grid..., t, bin)
+    fraction = mean / mean.sum(-1, keepdims=True)
+    dims = grid_dims(cube)
+    fig = plot_overlap_hist(counted_mean(cube, "overlap_hist"), dims, cube.attrs, None)
+    try:
+        panels = visible_axes(fig)
+        assert len(panels) == 8  # every cell (at most MAX_CELLS = 9 are drawn)
+        for ax in panels:
+            cell = panel_cell(ax, cube.coords)
+            index = tuple(int(np.flatnonzero(cube[d].values == cell[d])[0]) for d in dims)
+            drawn = ax.collections[0].get_array()  # (t, bin), the bins holding no pair masked
+            expected = fraction[index]
+            assert drawn.shape == expected.shape
+            np.testing.assert_array_equal(np.ma.getmaskarray(drawn), expected <= 0)
+            np.testing.assert_allclose(drawn.compressed(), expected[expected > 0], rtol=1e-12)
+            np.testing.assert_allclose(drawn.sum(-1), 1.0, rtol=1e-12)  # every pair in a bin
+    finally:
+        plt.close(fig)
+
+
+def test_observables_png_draws_the_mean_of_counted_trajectories(cube):
+    ce = cube["consensus_error"].transpose(*grid_dims(cube), "t", "traj")
+    keep = counted(cube, ce)
+    mean = np.where(keep, ce.values, 0).sum(-1) / keep.sum(-1)
+    dims = grid_dims(cube)
+    fig = plot_scalars({"consensus_error": counted_mean(cube, "consensus_error")}, dims, cube.attrs, None)
+    try:
+        (ax,) = visible_axes(fig)
+        lines = ax.get_lines()
+        assert len(lines) == 8  # one per cell
+        for line in lines:  # labelled 'beta = 0.5, d = 3, n = 2'
+            cell = {k.strip(): float(v) for k, v in (p.split("=") for p in line.get_label().split(","))}
+            index = tuple(int(np.flatnonzero(cube[d].values == cell[d])[0]) for d in dims)
+            np.testing.assert_allclose(line.get_xdata(), cube["t"].values)
+            np.testing.assert_allclose(line.get_ydata(), mean[index], rtol=1e-6)
+    finally:
+        plt.close(fig)
+
+
+def test_any_antipodal_png_draws_the_fraction_with_an_antipodal_pair(cube):
+    om = cube["overlap_min"].isel(t=-1).transpose("beta", "d", "n", "traj")
+    keep = counted(cube, om)
+    eps = parse_sweep(SPEC).eps
+    hit = (om.values <= -1 + eps) & keep
+    p = hit.sum(-1) / keep.sum(-1)
+    assert 0 < p.max()
+    fig = plot_any_antipodal(any_antipodal_table(cube), None)["any_antipodal"]
+    try:
+        panels = visible_axes(fig)
+        assert [ax.get_title() for ax in panels] == ["d = 3", "d = 4"]
+        for i, ax in enumerate(panels):
+            bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+            assert [c.get_label() for c in bars] == ["n = 2", "n = 3"]
+            for j, bar in enumerate(bars):
+                np.testing.assert_allclose(bar.lines[0].get_xdata(), cube["beta"].values)
+                np.testing.assert_allclose(bar.lines[0].get_ydata(), p[:, i, j], rtol=0, atol=1e-12)
+    finally:
+        plt.close(fig)
+
+
+def test_heatmap_png_draws_p_antipodal_over_beta_and_sigma():
+    from test_report import synthetic_cube
+
+    ds = synthetic_cube("hybrid", "usa", sigma=[0.3, 0.9, 1.5], n_traj=60)
+    cc = ds["cluster_class"].isel(t=-1).transpose("d", "n", "sigma", "beta", "traj").values
+    p = (cc == 2).mean(-1)  # no nonfinite trajectory, no status: every one counts
+    fig = plot_heatmap(antipodal_table(ds, finite_t=False), None)
+    try:
+        panels = visible_axes(fig)
+        assert [ax.get_title() for ax in panels] == ["d = 3", "d = 4", "d = 8"]
+        for i, ax in enumerate(panels):
+            drawn = ax.collections[0].get_array()
+            np.testing.assert_allclose(np.asarray(drawn).reshape(3, 4), p[i, 0], rtol=0, atol=1e-12)
+    finally:
+        plt.close(fig)
