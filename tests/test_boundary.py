@@ -21,7 +21,7 @@ from scipy.optimize import brentq
 from tokensweep.pipeline import theory
 from tokensweep.pipeline.boundary import Design, check_request, search
 from tokensweep.pipeline.errors import SpecError
-from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.spec.load import parse_sweep
 
 from conftest import TOKENSWEEP
 
@@ -170,7 +170,7 @@ def test_sigma_search_of_the_hybrid_model_and_its_page(tmp_path):
     pipeline's functions, no flow), then the page comparing its cost with a dense grid."""
     from tokensweep.pipeline.boundary import boundary_search, default_axis
     from tokensweep.pipeline.execute import pending_partitions, run_partition
-    from tokensweep.pipeline.report.boundary import dense_cost, write_boundary_report
+    from tokensweep.pipeline.report.search_page import dense_cost, write_boundary_report
     from tokensweep.pipeline.store import prepare_store
 
     def run(sweep):

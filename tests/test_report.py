@@ -1,18 +1,18 @@
 """write_report on small synthetic cubes round-tripped through a zarr store."""
 
+import itertools
+import json
+
 import matplotlib.image
 import numpy as np
 import pytest
 import xarray as xr
 
-import itertools
-import json
-
 from tokensweep.pipeline import report, theory
 from tokensweep.pipeline.analysis import antipodal as phase
 from tokensweep.pipeline.analysis import stats
 from tokensweep.pipeline.report import figures as plots
-from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.spec.load import parse_sweep
 
 
 def synthetic_cube(model="stochastic_transformer", attention="sa", sigma=None, n_traj=300, seed=5):
@@ -107,3 +107,69 @@ def test_hybrid_report_has_heatmap(tmp_path):
     assert "![heatmap](heatmap.png)" in text
     _, rows = parse_markdown_table(text)
     assert len(rows) == 4 * 3 * 5
+
+
+def quickstart_cube(boundary_p=0.1, n_traj=400, seed=3):
+    """catalog/quickstart.yaml's grid (beta 0..3 in 7 steps, d = 3, 4, 8, n = 2; T = 30), every cell
+    antipodal with the closed form's probability, except d = 3, beta = 0 = beta_c(3): there the T =
+    infinity theory says 0 but a finite T leaves `boundary_p` of the pairs still antipodal."""
+    rng = np.random.default_rng(seed)
+    coords = {"beta": np.linspace(0.0, 3.0, 7).tolist(), "d": [3, 4, 8], "n": [2]}
+    shape = tuple(len(v) for v in coords.values())
+    cc = np.zeros(shape + (2, n_traj), np.int8)
+    for idx in np.ndindex(shape):
+        beta, d = coords["beta"][idx[0]], coords["d"][idx[1]]
+        p = boundary_p if (beta, d) == (0.0, 3) else float(theory.antipodal_probability(beta, d))
+        cc[idx + (1,)] = np.where(rng.random(n_traj) < p, 2, 1)
+    dims = tuple(coords)
+    time = {"T": 30.0, "layers": 3000, "checkpoints": [15.0, 30.0]}
+    return xr.Dataset(
+        {"cluster_class": (dims + ("t", "traj"), cc),
+         "nonfinite": (dims + ("traj",), np.zeros(shape + (n_traj,), bool))},
+        coords={**coords, "t": [15.0, 30.0]},
+        attrs={"model": "stochastic_transformer", "attention": "sa", "T": 30.0, "layers": 3000,
+               "trajectories": n_traj, "seed": 20260129, "name": "quickstart",
+               "tokensweep_spec": json.dumps(parse_sweep({
+                   "name": "quickstart", "model": "stochastic_transformer", "attention": "sa",
+                   "description": "Two tokens, SA attention: P(antipodal) against the closed form.",
+                   "grid": {"beta": coords["beta"], "d": coords["d"], "n": coords["n"]}, "time": time,
+                   "trajectories": n_traj, "seed": 20260129}).model_dump(mode="json"))})
+
+
+def test_quickstart_boundary_cell_is_not_judged_and_says_why(tmp_path):
+    """The quickstart grid puts d = 3, beta = 0 on beta_c(3) = 0, the equality case no finite T
+    resolves: the report counts it apart ("20 of 20 judged cells agree; 1 boundary cell not judged")
+    instead of opening in red ("20 of 21 cells agree"), and says why."""
+    from tokensweep.pipeline.report.antipodal import BOUNDARY_CELL
+
+    ds = quickstart_cube()
+    table = phase.antipodal_table(ds)
+    assert table.on_boundary.values.sum() == 1 and bool(table.on_boundary.sel(d=3, beta=0.0, n=2))
+    assert not bool(phase.agrees(table, 0.99, 0.01).sel(d=3, beta=0.0, n=2))  # judged, it would fail
+    assert np.isnan(float(table.z.sel(d=3, beta=0.0, n=2)))  # and it is left out of the chi-square
+    paths = report.write_report(ds, tmp_path / "out")
+    summary = json.loads(open(paths["summary"]).read())["agreement"]
+    assert (summary["judged"], summary["agreed"], summary["boundary"]) == (20, 20, 1)
+    assert summary["text"].startswith("20 of 20 judged cells agree; 1 boundary cell not judged "
+                                      "(d = 3, n = 2, beta = 0); chi² = ")
+    text = open(paths["report"]).read()
+    assert "**Agreement with the closed form**: 20 of 20 judged cells agree; 1 boundary cell" in text
+    assert "Boundary cells: on β = β_c(d) the T = ∞ closed form is a limit that no finite T reaches" in text
+    assert "Two tokens, SA attention" in text and "tokensweep simulates the dynamics of tokens" in text
+    header, rows = parse_markdown_table(text)
+    column = header.index("agrees (99% ± 0.01)")
+    verdicts = {(int(r[0]), float(r[2])): r[column] for r in rows}
+    assert verdicts.pop((3, 0.0)) == BOUNDARY_CELL
+    assert set(verdicts.values()) == {"yes"} and len(verdicts) == 20
+    assert "20 of 20 cells with a closed form and data agree" in text and "1 cell on the boundary" in text
+    page = open(paths["html"], encoding="utf-8").read()
+    assert '<span class="ok">20 of 20 judged cells agree; 1 boundary cell not judged' in page
+    assert '<p id="boundary">Boundary cells: on β = β_c(d)' in page
+    assert "No cell lies outside its interval." in page
+
+
+def test_a_grid_off_the_boundary_reads_as_before(zarr_cube, tmp_path):
+    paths = report.write_report(zarr_cube, tmp_path / "out")
+    summary = json.loads(open(paths["summary"]).read())["agreement"]
+    assert summary["boundary"] == 0 and " cells agree; chi² = " in summary["text"]
+    assert "judged" not in summary["text"] and "Boundary cells" not in open(paths["report"]).read()

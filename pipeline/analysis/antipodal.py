@@ -7,7 +7,9 @@ reported alongside, so that a finite-T bias is visible (docs/models.md section 4
 
 The per-cell score z = (p - p_th) / sqrt(p_th (1 - p_th) / N) is standardised under the theory; it
 is NaN where the theory is missing or degenerate (p_th in {0, 1}: the binomial has no spread, a
-stray count is then judged by the interval test `agrees`). Summing z^2 over the valid cells gives
+stray count is then judged by the interval test `agrees`) and on the boundary beta = beta_c(d),
+which the T = infinity theory does not judge (`judged`, `BOUNDARY_WHY`: no finite T reaches its
+limit there). Summing z^2 over the valid cells gives
 a chi-square statistic with one degree of freedom per cell (`stats.chi_square_summary`).
 
 The closed form is the cube's model's `antipodal_probability(sweep, cells)` (NaN where none
@@ -31,10 +33,20 @@ import xarray as xr
 
 from .stats import cells_of, closed_form, done_finite, done_mask, flag, stored_spec, wilson_interval
 
-__all__ = ["antipodal_table", "agrees", "any_antipodal_table", "CLASS_UNRESOLVED", "CLASS_SINGLE",
-           "CLASS_ANTIPODAL"]
+__all__ = ["antipodal_table", "agrees", "judged", "any_antipodal_table", "CLASS_UNRESOLVED", "CLASS_SINGLE",
+           "CLASS_ANTIPODAL", "BOUNDARY_WHY"]
 
 CLASS_UNRESOLVED, CLASS_SINGLE, CLASS_ANTIPODAL = 0, 1, 2
+
+# A cell on the boundary beta = beta_c(d) (the equality case cosh(2 beta) = d - 2 of docs/models.md
+# 4.2) is not judged against the T = infinity closed form: there the pair ends single with
+# probability 1, but it leaves the antipodal end only diffusively, so no finite T comes near that
+# limit (quickstart's d = 3, beta = 0 at T = 30; +0.026 still at T = 200). Its theory at t (the
+# backward equation) still judges it.
+BOUNDARY_WHY = ("on β = β_c(d) the T = ∞ closed form is a limit that no finite T reaches (the pair leaves "
+                "the antipodal end only diffusively, docs/models.md 4.2), so the cell is not judged against "
+                "it; `theory (t)`, the probability at the checkpoint, still applies")
+BOUNDARY_ATOL = 1e-9  # beta within this of beta_c(d): on the boundary (grids hit it exactly or not at all)
 
 # The finite-t theory solves one backward equation per cell (~20-90 ms each): beyond this many
 # cells a table leaves it out (NaN, and attrs["finite_t"] says why) unless finite_t="all".
@@ -84,7 +96,9 @@ def antipodal_table(ds: xr.Dataset, t=None, level: float = 0.95, theory=None,
         th = np.asarray(theory(cells_of(table, table.coords, table.n_traj)), float)
     table["theory"] = table.n_traj.copy(data=np.broadcast_to(th, table.n_traj.shape).copy())
     p_th, N = table.theory, table.n_traj
-    degenerate = (p_th <= 0) | (p_th >= 1) | p_th.isnull() | (N == 0)
+    table["on_boundary"] = table.n_traj.copy(data=_on_boundary(table, ds))
+    # no z on the boundary either: the chi-square sums the judged cells only
+    degenerate = (p_th <= 0) | (p_th >= 1) | p_th.isnull() | (N == 0) | table.on_boundary
     with np.errstate(invalid="ignore", divide="ignore"):
         table["z"] = ((table.p_antipodal - p_th) / np.sqrt(p_th * (1 - p_th) / N)).where(~degenerate)
 
@@ -97,9 +111,30 @@ def antipodal_table(ds: xr.Dataset, t=None, level: float = 0.95, theory=None,
                        ("theory_t", "P(antipodal) at t (backward equation)"),
                        ("single_t", "P(single cluster) at t (backward equation)"),
                        ("unresolved_t", "P(unresolved) at t (backward equation)"),
-                       ("z_t", "standardised residual against theory_t")]:
+                       ("z_t", "standardised residual against theory_t"),
+                       ("on_boundary", "beta = beta_c(d): not judged against theory")]:
         table[name].attrs.update(long_name=text, units="1")
     return table
+
+
+def _on_boundary(table: xr.Dataset, ds: xr.Dataset) -> np.ndarray:
+    """Cells with beta = beta_c(d), the model's `critical_beta` (all False without one)."""
+    critical = closed_form(ds, "critical_beta")
+    if critical is None or not {"beta", "d"} <= set(table.coords):
+        return np.zeros(table.n_traj.shape, bool)
+    cells = cells_of(table, ("beta", "d"), table.n_traj)
+    by_d = {d: float(critical(d)) for d in np.unique(cells["d"])}
+    beta_c = np.vectorize(by_d.__getitem__, otypes=[float])(cells["d"])
+    return np.isclose(cells["beta"], beta_c, rtol=0, atol=BOUNDARY_ATOL)
+
+
+def judged(table: xr.Dataset, column: str = "theory") -> xr.DataArray:
+    """Cells a closed form judges: it has a value and the cell has data; for the T = infinity
+    `theory`, a cell on the boundary beta = beta_c(d) is not judged (`BOUNDARY_WHY`)."""
+    out = table[column].notnull() & (table.n_traj > 0)
+    if column == "theory" and "on_boundary" in table:
+        out = out & ~table.on_boundary
+    return out
 
 
 def _add_finite_t(table: xr.Dataset, ds: xr.Dataset, t: float, every_cell: bool) -> str:

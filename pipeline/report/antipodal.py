@@ -22,12 +22,12 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..analysis.antipodal import agrees, antipodal_table, any_antipodal_table
+from ..analysis.antipodal import BOUNDARY_WHY, agrees, antipodal_table, any_antipodal_table, judged
 from ..analysis.stats import chi_square_summary, closed_form
 from ..analysis.step_bias import zero_step_table
 from ..plugin import Part, ReportInput
 from .figures import N_DENSE, facets, figure_title, panels, plt, save, scalar, subplots, with_dims
-from .page import fmt, row_order, rows_table
+from .tables import fmt, row_order, rows_table
 
 __all__ = ["probability_section", "heatmap_section", "any_pair_section", "step_bias_section", "markdown_table",
            "plot_antipodal_vs_beta", "plot_heatmap", "plot_any_antipodal", "AGREE_LEVEL", "AGREE_WIDEN"]
@@ -36,6 +36,7 @@ AGREE_LEVEL, AGREE_WIDEN = 0.99, 0.01
 
 
 MAX_TABLE_ROWS = 500  # rows of the page's table; every cell is in antipodal.csv
+BOUNDARY_CELL = "not judged: β = β_c"  # the agreement of a cell on the boundary (analysis.antipodal.judged)
 
 
 def markdown_table(table: xr.Dataset, level: float = 0.95, max_rows: int | None = None) -> str:
@@ -50,8 +51,10 @@ def markdown_table(table: xr.Dataset, level: float = 0.95, max_rows: int | None 
     flat = {name: np.ravel(table[name].values) for name in table.data_vars}
     agree = np.ravel(agrees(table, AGREE_LEVEL, AGREE_WIDEN).transpose(*dims).values)
     agree_t = np.ravel(agrees(table, AGREE_LEVEL, AGREE_WIDEN, "theory_t").transpose(*dims).values)
-    judged = np.isfinite(flat["theory"]) & (flat["n_traj"] > 0)  # a flag needs a theory and data
-    judged_t = np.isfinite(flat["theory_t"]) & (flat["n_traj"] > 0)
+    # a flag needs a theory and data; on the boundary beta = beta_c(d) the T = infinity one judges nothing
+    judged_ = np.ravel(judged(table).transpose(*dims).values)
+    boundary = np.isfinite(flat["theory"]) & (flat["n_traj"] > 0) & ~judged_
+    judged_t = np.ravel(judged(table, "theory_t").transpose(*dims).values)
     labels = [np.ravel(v) for v in np.meshgrid(*[table[d].values for d in dims], indexing="ij")]
     total = flat["n_traj"].size
     shown = total if max_rows is None else min(total, max_rows)
@@ -63,7 +66,7 @@ def markdown_table(table: xr.Dataset, level: float = 0.95, max_rows: int | None 
             str(N), fmt(float(flat["p_antipodal"][i])),
             f"[{fmt(float(flat['lo'][i]))}, {fmt(float(flat['hi'][i]))}]", fmt(float(flat["theory"][i])),
             fmt(float(flat["z"][i]), 2), fmt(unresolved), str(int(flat["n_nonfinite"][i])),
-            ("yes" if agree[i] else "no") if judged[i] else "n/a",
+            BOUNDARY_CELL if boundary[i] else ("yes" if agree[i] else "no") if judged_[i] else "n/a",
             fmt(float(flat["theory_t"][i])), fmt(float(flat["z_t"][i]), 2),
             fmt(float(flat["unresolved_t"][i])), ("yes" if agree_t[i] else "no") if judged_t[i] else "n/a"])
     text = rows_table(head, rows)
@@ -83,8 +86,13 @@ def probability_section(report: ReportInput) -> Part:
     figures = {"phase": plot_antipodal_vs_beta(table, report.out / "phase.png")}
     table.to_dataframe().to_csv(report.out / "antipodal.csv")
     chi = chi_square_summary(table)
-    n_agree = int(agrees(table, AGREE_LEVEL, AGREE_WIDEN).sum())
-    n_theory = int((table.theory.notnull() & (table.n_traj > 0)).sum())
+    judged_ = judged(table)
+    n_agree = int((agrees(table, AGREE_LEVEL, AGREE_WIDEN) & judged_).sum())
+    n_theory = int(judged_.sum())
+    n_boundary = int((table.theory.notnull() & (table.n_traj > 0) & ~judged_).sum())
+    boundary = (f" {n_boundary} cell{'s' if n_boundary > 1 else ''} on the boundary, marked "
+                f"`{BOUNDARY_CELL}`, {'are' if n_boundary > 1 else 'is'} not judged: {BOUNDARY_WHY}."
+                if n_boundary else "")
     lines = [
         "## P(antipodal) per grid cell", "",
         "p_antipodal = n_antipodal / N, N = finite trajectories with a class (unresolved ones count "
@@ -94,7 +102,7 @@ def probability_section(report: ReportInput) -> Part:
         f"**Agreement**: {n_agree} of {n_theory} cells with a closed form and data agree: the theory lies in "
         f"the {AGREE_LEVEL:.0%} Wilson interval widened by {AGREE_WIDEN} on each side. The widening "
         "allows for the documented O(h) step-size bias of the discrete model against the limit SDE "
-        "(docs/models.md section 4), and near beta_c for the slow convergence at finite T.", "",
+        "(docs/models.md section 4), and near beta_c for the slow convergence at finite T." + boundary, "",
         _checkpoint_paragraph(table), "",
         "## Chi-square summary", "",
         f"sum z^2 = {chi['chi2']:.2f} over {chi['dof']} cells (dof = {chi['dof']}), "

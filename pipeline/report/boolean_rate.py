@@ -18,7 +18,7 @@ from ..analysis.boolean_rate import LOCK_MARGIN, rate_table, trajectory_fits, wi
 from ..analysis.stats import closed_form, done_finite
 from ..plugin import Part, ReportInput
 from .figures import figure_title, save, subplots
-from .page import fmt, rows_table
+from .tables import fmt, rows_table
 
 __all__ = ["boolean_rate_section", "MAX_PANELS"]
 

@@ -19,7 +19,7 @@ from ..analysis.overlaps import MIN_GAP, log_gap_rate
 from ..analysis.stats import closed_form, grid_dims
 from ..plugin import Part, ReportInput
 from .figures import N_DENSE, figure_title, key_lines, panels, plt, save, subplots, value_colours
-from .page import cell_rows, fmt, rows_table
+from .tables import cell_rows, fmt, rows_table
 
 __all__ = ["merge_section", "cluster_count_section", "hemisphere_section", "equiangular_section",
            "plot_frac_close_heatmap", "plot_cluster_counts", "plot_equiangular", "CROSSING_LEVEL"]

@@ -26,7 +26,7 @@ from ..analysis.antipodal import CLASS_ANTIPODAL, CLASS_SINGLE, CLASS_UNRESOLVED
 from ..analysis.stats import cells_of, closed_form, done_finite
 from ..plugin import Part, ReportInput
 from .figures import N_DENSE, figure_title, panels, save, subplots
-from .page import fmt, rows_table
+from .tables import fmt, rows_table
 
 __all__ = ["dominant_section", "dominant_table", "OUTCOMES", "MAX_CELLS"]
 

@@ -8,7 +8,7 @@ from ..analysis.geometry import geometry_table
 from ..analysis.stats import closed_form, grid_dims
 from ..plugin import Part, ReportInput
 from .clustering import plot_cluster_counts
-from .page import cell_rows, fmt, rows_table
+from .tables import cell_rows, fmt, rows_table
 
 __all__ = ["geometry_section", "integrator_note"]
 

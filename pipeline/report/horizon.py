@@ -28,7 +28,7 @@ from ..analysis.stats import cells_of, closed_form
 from ..plugin import Part, ReportInput
 from .antipodal import AGREE_LEVEL, AGREE_WIDEN
 from .figures import figure_title, panels, plt, save, subplots
-from .page import fmt, row_order, rows_table
+from .tables import fmt, row_order, rows_table
 
 __all__ = ["horizon_section", "horizon_table", "MAX_CELLS", "MAX_ROWS"]
 

@@ -21,7 +21,7 @@ from ..analysis.stats import closed_form, grid_dims
 from ..plugin import Part, ReportInput
 from .figures import N_DENSE, figure_title, plt, save, subplots
 from .observables import cell_label, shown_cells
-from .page import cell_rows, fmt, rows_table
+from .tables import cell_rows, fmt, rows_table
 
 __all__ = ["tracking_section", "token2_section", "sharp_section"]
 

@@ -19,34 +19,24 @@ import numpy as np
 import xarray as xr
 
 from ..analysis.stats import stored_spec
+from ..models import get_model
 from ..plugin import ReportInput
+from .agreement import agreement_summary, agreement_table
+from .caveats import caveats, cells_done, unresolved_fraction
+from .class_counts import class_count_section
+from .html import render_markdown, render_page
+from .observables import recorded_section
+from .provenance import provenance
+from .tables import fmt, rows_table
 
-__all__ = ["write_report", "header_lines", "rows_table", "row_order", "fmt", "cell_rows"]
+__all__ = ["write_report", "header_lines", "PURPOSE"]
 
-
-def fmt(x, digits=4) -> str:
-    """A number for a table cell; an em dash for None, NaN or inf."""
-    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
-
-
-def row_order(dims) -> list[str]:
-    """Grid dimensions, d first and beta last, so that rows read d then (...) then beta."""
-    dims = list(dims)
-    return [x for x in ["d"] if x in dims] + [x for x in dims if x not in ("d", "beta")] + \
-        [x for x in ["beta"] if x in dims]
-
-
-def rows_table(head: list[str], rows: list[list[str]]) -> str:
-    """A markdown table from a header and rows of already formatted cells."""
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-
-
-def cell_rows(da: xr.DataArray, dims):
-    """(coordinate labels, index dict) over every cell of the given dims, in C order."""
-    for idx in np.ndindex(*[da.sizes[d] for d in dims]):
-        sel = dict(zip(dims, idx))
-        yield [f"{da[d].values[i]:g}" for d, i in sel.items()], sel
+# What the tool is for, on top of every report: a newcomer's first page says it
+PURPOSE = ("tokensweep simulates the dynamics of tokens in a transformer, many random starts in every "
+           "cell of a grid of parameters (beta, d, n, ...), and sets the measured outcomes beside the "
+           "model's closed forms. This page reads one such run (a cube): its facts, then per outcome the "
+           "measured probabilities with their intervals, the theory where one exists, the figures, and "
+           "where the numbers came from.")
 
 
 def header_lines(ds: xr.Dataset, level: float, t: float = float("nan"), pending: int = 0,
@@ -56,6 +46,8 @@ def header_lines(ds: xr.Dataset, level: float, t: float = float("nan"), pending:
     sweep = stored_spec(ds)
     name = sweep.name if sweep is not None else attrs.get("name") or attrs.get("title", "sweep")
     lines = [f"# tokensweep report: {name}", ""]
+    description = " ".join(str(getattr(sweep, "description", "") or "").split())
+    lines += ([f"*{description}*", ""] if description else []) + [PURPOSE, ""]
     facts = [("model", attrs.get("model", "?"))]
     if attrs.get("attention"):
         facts.append(("attention", attrs["attention"]))
@@ -91,14 +83,6 @@ IN_MEMORY_BYTES = 512 * 2**20
 def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
     """Write report.md, report.html (self-contained) and summary.json with their figures into
     out_dir; return {'report': md path, 'html': html path, 'summary': json path, figure: path, ...}."""
-    from ..models import get_model
-    from .agreement import agreement_summary, agreement_table
-    from .caveats import caveats, cells_done, unresolved_fraction
-    from .class_counts import class_count_section
-    from .html import render_markdown, render_page
-    from .observables import recorded_section
-    from .provenance import provenance
-
     sweep = stored_spec(ds)
     if sweep is None:
         raise ValueError("the Dataset carries no tokensweep spec (attribute `tokensweep_spec`): "
@@ -123,7 +107,8 @@ def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
     warnings, agreement, origin = caveats(ds, table), agreement_summary(table), provenance(ds)
     summary_lines, outside_lines = [], []
     if agreement is not None:
-        summary_lines = [f"**Agreement with the closed form**: {agreement.text}.", ""]
+        summary_lines = [f"**Agreement with the closed form**: {agreement.text}." +
+                         (f" {agreement.why}" if agreement.why else ""), ""]
         outside_lines = ["## Cells outside their interval", ""] + (
             [rows_table(agreement.head, agreement.outside), ""] if agreement.outside else ["None.", ""])
     provenance_lines = ["## Provenance", ""] + [f"- **{k}**: {v}" for k, v in origin["facts"]] + [""]

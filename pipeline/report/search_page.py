@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.stats import wilson_interval
-from .figures import plt, save, subplots
+from .figures import save, subplots
 from .html import render_markdown, render_page
-from .page import fmt, rows_table
+from .tables import fmt, rows_table
 
 __all__ = ["write_boundary_report", "dense_cost"]
 
