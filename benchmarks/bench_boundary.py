@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tokensweep.flows.boundary import _local_cluster, _runner
+from tokensweep.flows.cli.boundary import round_runner, search_cluster
 from tokensweep.pipeline import theory
 from tokensweep.pipeline.boundary import Design, StoreEvaluate, boundary_search, search, sign
-from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.spec.load import parse_sweep
 
 LEVEL, D, LO, HI = 0.1, 5, 0.5, 4.5
 NEAR_WIDTHS = 4  # dense points this close to the crossing are computed at every count tried
@@ -61,8 +61,8 @@ def main(width: float, workers: int | None, folder: str | None) -> None:
     truth = brentq(lambda b: theory.antipodal_probability(b, D) - LEVEL, 0.9, 3.0)
     folder = Path(folder or tempfile.mkdtemp(prefix="bench-boundary-"))  # a folder again: resumes
     sweep = parse_sweep({**SPEC, "store": str(folder / "spec.zarr")})
-    with _local_cluster(workers) as address:
-        run = _runner(address)
+    with search_cluster(workers) as address:
+        run = round_runner(address)
         t0 = time.perf_counter()
         found, = boundary_search(sweep, Design(level=LEVEL, width=width), run, folder=folder / "adaptive")
         t_adaptive = time.perf_counter() - t0

@@ -6,14 +6,13 @@
 * tiny: `tokensweep run tiny.yaml` end to end (one trajectory, the Prefect server running, numba's
   cache warm: a first run warms both and is not counted), with its timeline read from STORE.log:
   CLI start -> flow run begins -> first partition done -> report done -> flow done -> exit;
-  cold (TOKENSWEEP_WARM=0: the command imports for itself) and handed to the warm process a
-  first sweep command leaves (flows/warm_cli.py), 3 runs each. Target: under 4 s.
+  cold (each command imports for itself: no process is kept between commands), 3 runs.
+  Target: under 6 s.
 * parts: each piece on its own, in a fresh process: the CLI's imports, the flow's imports
   (Prefect), a worker's imports and its first partition (numba loading the cached kernels), a
   2-worker LocalCluster's start and close, the report of the tiny cube.
 * speedup: a sweep of ~30 s of kernel (8 equal partitions, its layers calibrated on this machine) end
-  to end on 1 and on 2 local workers, start-up included; cold, then through the warm process.
-  Target: >= 1.7x.
+  to end on 1 and on 2 local workers, start-up included. Target: >= 1.7x.
 * warm: tiny and the 30-second sweep on a warm cluster (`tokensweep cluster start`) of 1, then 2
   workers: no worker start-up nor close in the sweep.
 * partition: one partition of 2048 trajectories at n = d = 32 (sphere_flow, one checkpoint): the
@@ -37,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -59,7 +57,7 @@ LOG_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) \| \w+\s*\| (.*)$")
 
 def tokensweep() -> list[str]:
     found = shutil.which("tokensweep", path=str(Path(sys.executable).parent))
-    return [found] if found else [sys.executable, "-c", "from tokensweep.flows.command import main; main()"]
+    return [found] if found else [sys.executable, "-m", "tokensweep.flows.cli"]
 
 
 def write_spec(spec: dict, name: str) -> Path:
@@ -68,18 +66,15 @@ def write_spec(spec: dict, name: str) -> Path:
     return path
 
 
-COLD = {"TOKENSWEEP_WARM": "0"}  # each command imports for itself
-
-
 def run_cli(spec: Path, store: Path, *extra: str, env: dict | None = None
             ) -> tuple[float, float, float]:
     """(start, end, wall) of one `tokensweep run`, on a fresh store; `env`: added to this
-    process's environment (default: COLD)."""
+    process's environment."""
     for old in (store, store.with_suffix(".report"), store.with_name(store.name + ".log")):
         shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
     start = time.time()
     done = subprocess.run([*tokensweep(), "run", str(spec), "--store", str(store), "-q", *extra],
-                          capture_output=True, text=True, env={**os.environ, **(env or COLD)})
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
     end = time.time()
     if done.returncode:
         sys.exit(f"tokensweep run failed ({done.returncode}): {done.stderr.strip()}")
@@ -108,39 +103,14 @@ def timeline(log: Path, start: float, end: float) -> list[tuple[str, float]]:
 def tiny() -> None:
     spec, store = write_spec(TINY, "tiny"), FOLDER / "tiny.zarr"
     run_cli(spec, store)  # warms the server connection, numba's cache and the OS's file cache
-    with warm_process() as warm_env:
-        for how, env in (("cold", COLD), ("warm process", warm_env)):
-            walls = []
-            for attempt in range(3):
-                start, end, wall = run_cli(spec, store, env=env)
-                walls.append(wall)
-                steps = timeline(store.with_name(store.name + ".log"), start, end)
-                print(f"tiny, {how}: run {attempt + 1}: {wall:.2f} s end to end; timeline (s): "
-                      + ", ".join(f"{name} {at:.2f}" for name, at in steps))
-            print(f"tiny, {how}: best of 3: {min(walls):.2f} s, median {sorted(walls)[1]:.2f} s "
-                  "(target < 4 s)")
-
-
-@contextmanager
-def warm_process():
-    """A warm tokensweep process (flows/warm_cli.py) in a temporary TOKENSWEEP_HOME, on the usual
-    Prefect server: left by a first cold sweep command, as a user gets one; stopped on leaving.
-    Yields the environment commands use it with."""
-    from tokensweep.flows.server import ensure_server
-
-    home = FOLDER / "warm-home"
-    env = {"PREFECT_API_URL": ensure_server(), "TOKENSWEEP_HOME": str(home), "TOKENSWEEP_WARM": "1"}
-    run_cli(write_spec(TINY, "leaves-a-host"), FOLDER / "leaves-a-host.zarr", env=env)
-    deadline = time.monotonic() + 120
-    while not (home / "warm-cli.pid").exists():  # written once it listens
-        if time.monotonic() > deadline:
-            sys.exit(f"no warm process listened within 120 s: see {home / 'warm-cli.log'}")
-        time.sleep(0.2)
-    try:
-        yield env
-    finally:
-        subprocess.run([*tokensweep(), "server", "stop"], capture_output=True,
-                       env={**os.environ, **env})
+    walls = []
+    for attempt in range(3):
+        start, end, wall = run_cli(spec, store)
+        walls.append(wall)
+        steps = timeline(store.with_name(store.name + ".log"), start, end)
+        print(f"tiny: run {attempt + 1}: {wall:.2f} s end to end; timeline (s): "
+              + ", ".join(f"{name} {at:.2f}" for name, at in steps))
+    print(f"tiny: best of 3: {min(walls):.2f} s, median {sorted(walls)[1]:.2f} s (target < 6 s)")
 
 
 def in_fresh_process(code: str) -> dict:
@@ -170,10 +140,10 @@ def parts() -> None:
         "prefect_dask + distributed imports":
             "import prefect_dask, distributed\ntook = {'s': time.perf_counter() - t0}",
         "worker: pipeline imports + spec":
-            "from tokensweep.pipeline.spec import load_sweep\nimport tokensweep.pipeline.execute\n"
+            "from tokensweep.pipeline.spec.load import load_sweep\nimport tokensweep.pipeline.execute\n"
             f"load_sweep({str(spec)!r})\ntook = {{'s': time.perf_counter() - t0}}",
         "worker: first partition (numba cache load)":
-            "from tokensweep.pipeline.spec import load_sweep\nfrom tokensweep.pipeline.execute import "
+            "from tokensweep.pipeline.spec.load import load_sweep\nfrom tokensweep.pipeline.execute import "
             f"simulate_partition\nfrom tokensweep.pipeline.plan import Plan\ns = load_sweep({str(spec)!r})\n"
             "t0 = time.perf_counter()\nsimulate_partition(s, Plan(s)[0])\n"
             "took = {'s': time.perf_counter() - t0}",
@@ -213,7 +183,7 @@ def calibrated(spec: dict, seconds: float = 30.0) -> dict:
     """`spec` with as many layers as make its partitions' kernels take `seconds` in all here."""
     from tokensweep.pipeline.execute import simulate_partition
     from tokensweep.pipeline.plan import Plan
-    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.spec.load import parse_sweep
 
     probe = {**spec, "time": {**spec["time"], "layers": 200_000}, "store": str(FOLDER / "probe.zarr")}
     sweep = parse_sweep(probe)
@@ -234,19 +204,17 @@ def speedup() -> None:
     thirty = calibrated(THIRTY)
     spec = write_spec(thirty, "thirty")
     print(f"speedup: {thirty['time']['layers']:,} layers: ~30 s of kernel on one core")
-    run_cli(write_spec(TINY, "warm"), FOLDER / "warm.zarr")
-    with warm_process() as warm_env:
-        for how, env in (("cold", COLD), ("warm process", warm_env)):
-            walls = {}
-            for workers in (1, 2):
-                store = FOLDER / f"thirty-{workers}.zarr"
-                start, _, walls[workers] = run_cli(spec, store, "--workers", str(workers), env=env)
-                spans, first, last = partition_spans(store)
-                print(f"speedup, {how}: {workers} worker(s): {walls[workers]:.1f} s end to end; "
-                      f"partitions {spans:.1f} s summed, computing {first - start:.1f}.."
-                      f"{last - start:.1f} s (cores used {spans / (last - first):.2f}), fixed "
-                      f"{walls[workers] - (last - first):.1f} s")
-            print(f"speedup, {how}: 2 workers over 1: {walls[1] / walls[2]:.2f}x (target >= 1.7x)")
+    run_cli(write_spec(TINY, "warm"), FOLDER / "warm.zarr")  # the server, numba's cache
+    walls = {}
+    for workers in (1, 2):
+        store = FOLDER / f"thirty-{workers}.zarr"
+        start, _, walls[workers] = run_cli(spec, store, "--workers", str(workers))
+        spans, first, last = partition_spans(store)
+        print(f"speedup: {workers} worker(s): {walls[workers]:.1f} s end to end; "
+              f"partitions {spans:.1f} s summed, computing {first - start:.1f}.."
+              f"{last - start:.1f} s (cores used {spans / (last - first):.2f}), fixed "
+              f"{walls[workers] - (last - first):.1f} s")
+    print(f"speedup: 2 workers over 1: {walls[1] / walls[2]:.2f}x (target >= 1.7x)")
 
 
 def warm() -> None:
@@ -280,7 +248,7 @@ def partition() -> None:
     from tokensweep.pipeline.models import get_model
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.seeds import trajectory_rngs
-    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.spec.load import parse_sweep
     from tokensweep.pipeline.store import create_store
 
     sweep = parse_sweep({**PARTITION, "store": str(FOLDER / "partition.zarr")})
@@ -312,7 +280,7 @@ def batch() -> None:
     from tokensweep.pipeline.models import get_model
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.seeds import trajectory_rngs
-    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.spec.load import parse_sweep
     from tokensweep.pipeline.store import prepare_store, store_batch_shape
 
     spec = {"model": "stochastic_transformer", "attention": "sa", "seed": 7, "name": "large",

@@ -14,16 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Callable, NoReturn
+from typing import NoReturn
 
 PREFECT_DRAIN_TIMEOUT_S = 30.0
-_before_exit: list[Callable[[int], None]] = []  # last things to do, given the exit code
-
-
-def before_exit(hook: Callable[[int], None]) -> None:
-    """Call `hook(code)` once the command's output is flushed, just before the process ends
-    (the warm process's child reports its code; a cold command leaves a warm process)."""
-    _before_exit.append(hook)
 
 
 def _drain_prefect() -> None:
@@ -49,11 +42,6 @@ def exit_now(code: int) -> NoReturn:
             try:
                 stream.flush()
             except (OSError, ValueError):  # a closed pipe: nothing more can reach it
-                pass
-        for hook in _before_exit:
-            try:
-                hook(code)
-            except Exception:  # the command is over: its own result stands
                 pass
     finally:
         os._exit(code)

@@ -1,8 +1,8 @@
 """Run code once a module has been imported, without importing it (a post-import hook).
 
 `import tokensweep` registers the ``ds.tokensweep`` accessor on xarray; importing xarray for that
-(and pandas with it) would cost the `tokensweep` command ~0.6 s before it can even hand itself to
-the warm process (`flows/warm_cli.py`). The accessor is registered the moment xarray is imported
+(and pandas with it) would cost every `tokensweep` command ~0.6 s, `tokensweep --help` included.
+The accessor is registered the moment xarray is imported
 instead, by whoever imports it; at once where it already is.
 """
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tokensweep.flows.looking import _catalog_claims
+from tokensweep.flows.cli.look import catalog_claims
 from tokensweep.pipeline.analysis.boolean_rate import window_size
 from tokensweep.pipeline.report.horizon import MAX_CELLS as HORIZON_CELLS
-from tokensweep.pipeline.scales import scales_of
-from tokensweep.pipeline.spec import load_sweep
+from tokensweep.pipeline.spec.scales import scales_of
+from tokensweep.pipeline.spec.load import load_sweep
 
 CATALOG = Path(__file__).parent.parent / "catalog"
 ENTRIES = sorted(p.stem for p in CATALOG.glob("*.yaml"))
@@ -54,7 +54,7 @@ def test_every_entry_is_indexed_and_every_row_names_a_file():
     rows = re.findall(r"^\| `([^`]+)` \|", index, re.M)
     assert sorted(rows) == sorted(f"{name}.yaml" for name in ENTRIES), "catalog/README.md's table"
     assert len(rows) == len(set(rows))
-    claims = _catalog_claims()  # what `tokensweep catalog` prints: the paper, figure or claim
+    claims = catalog_claims()  # what `tokensweep catalog` prints: the paper, figure or claim
     for name in ENTRIES:
         claim = claims[f"{name}.yaml"]
         assert re.search(r"\[(F26|GLPR-P|GLPR-E|RST)\]", claim) or name.startswith(("sphere-flow", "quick")), \

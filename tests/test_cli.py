@@ -1,9 +1,11 @@
-"""The command line as a user meets it: the real `tokensweep` as a subprocess.
+"""The command line as a user meets it, through `tokensweep.flows.cli.main(argv)` in this process.
 
 Bad input exits 2 with one line `error: ...` naming the problem and the fix, no traceback, and
 touches nothing; `--version`, `catalog`, `plan` and every `--help` (with its defaults) tell
 before anything runs; `run` prints what it will do and its results, keeping Prefect's and Dask's
 logs in STORE.log; Ctrl-C exits 130 with one line saying how to resume, and resuming works.
+Only what needs a process of its own (the console script, its logs on fd 2, Ctrl-C) runs the real
+`tokensweep` as a subprocess, in the slow tier.
 """
 
 from __future__ import annotations
@@ -16,24 +18,45 @@ import subprocess
 import time
 from importlib.metadata import version
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 import yaml
 
-from conftest import SPECS, TOKENSWEEP
+from conftest import SPECS, TOKENSWEEP, TINY
 
+from tokensweep.flows.cli import main
 from tokensweep.pipeline.errors import StoreError
 from tokensweep.pipeline.models import get_model
-from tokensweep.pipeline.spec import CATALOG, load_sweep
+from tokensweep.pipeline.spec.load import CATALOG, load_sweep
 from tokensweep.pipeline.store import DONE, read_status
 
 pytestmark = pytest.mark.timeout(600)
 QUICKSTART = yaml.safe_load((CATALOG / "quickstart.yaml").read_text())
 
 
-def tokensweep(*args, cwd: Path, env_extra=None, timeout=300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NUMBA_NUM_THREADS": "1", "COLUMNS": "400", **(env_extra or {})}
+class Result(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def tokensweep(capsys, monkeypatch):
+    """`tokensweep ARGS...` in this process (`main`), in folder `cwd`: its code and output."""
+    def call(*args, cwd: Path) -> Result:
+        monkeypatch.chdir(cwd)
+        monkeypatch.setenv("COLUMNS", "400")  # help rows on one line each
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+    return call
+
+
+def subprocess_tokensweep(*args, cwd: Path, timeout=300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1", "COLUMNS": "400"}
     return subprocess.run([TOKENSWEEP, *map(str, args)], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=timeout)
 
@@ -110,7 +133,7 @@ BAD_INPUT = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUT))
-def test_bad_input_exits_2_with_one_line_and_touches_nothing(case, tmp_path):
+def test_bad_input_exits_2_with_one_line_and_touches_nothing(case, tmp_path, tokensweep):
     files, args, fragments = BAD_INPUT[case]
     for name, content in files.items():
         (tmp_path / name).mkdir() if content is None else (tmp_path / name).write_bytes(content)
@@ -122,7 +145,7 @@ def test_bad_input_exits_2_with_one_line_and_touches_nothing(case, tmp_path):
     assert snapshot(tmp_path, home) == before  # no store, lock, log or server state
 
 
-def test_version_is_the_installed_distributions(tmp_path):
+def test_version_is_the_installed_distributions(tmp_path, tokensweep):
     result = tokensweep("--version", cwd=tmp_path)
     assert result.returncode == 0 and result.stdout == f"tokensweep {version('tokensweep')}\n"
 
@@ -132,7 +155,7 @@ OFF_FLAGS = {"--help", "--version", "--quiet", "--verbose", "--failed-only"}  # 
 
 @pytest.mark.parametrize("command", ["", "run", "rerun", "plan", "status", "report", "unlock",
                                      "catalog", "models", "serve", "server start", "cluster start"])
-def test_every_help_shows_the_defaults(command, tmp_path):
+def test_every_help_shows_the_defaults(command, tmp_path, tokensweep):
     result = tokensweep(*command.split(), "--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     rows = [line.strip("│ ") for line in result.stdout.splitlines()
@@ -146,7 +169,7 @@ def test_every_help_shows_the_defaults(command, tmp_path):
         assert "[default: progress]" in text
 
 
-def test_catalog_lists_every_entry_with_its_claim_model_and_cost(tmp_path):
+def test_catalog_lists_every_entry_with_its_claim_model_and_cost(tmp_path, tokensweep):
     result = tokensweep("catalog", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -165,7 +188,7 @@ def test_catalog_lists_every_entry_with_its_claim_model_and_cost(tmp_path):
 
 
 @pytest.mark.slow
-def test_plan_counts_sizes_and_times_the_quickstart_without_writing(tmp_path):
+def test_plan_counts_sizes_and_times_the_quickstart_without_writing(tmp_path, tokensweep):
     before = snapshot(tmp_path)
     result = tokensweep("plan", "quickstart", "--workers", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -173,7 +196,7 @@ def test_plan_counts_sizes_and_times_the_quickstart_without_writing(tmp_path):
     # 21 cells (7 beta x 3 d x 1 n), 400 trajectories in partitions of 200, 6 checkpoints
     assert "quickstart: stochastic_transformer, 21 cells x 400 trajectories x 3000 layers, " \
            "6 checkpoints" in out
-    assert "partitions: 42 of 200 trajectories, 42 to run" in out
+    assert "partitions: 42 (200 trajectories each), 42 to run" in out
     outputs = get_model("stochastic_transformer").outputs.values()
     per_traj = sum(np.dtype(o.dtype).itemsize * (6 if o.per_checkpoint else 1) for o in outputs)
     size = 21 * 400 * per_traj + 42 * (1 + 8 + 8)  # outputs, then status/started/finished
@@ -194,8 +217,10 @@ def test_plan_counts_sizes_and_times_the_quickstart_without_writing(tmp_path):
 @pytest.mark.slow
 def test_run_says_what_it_does_and_keeps_the_logs_in_a_file(prefect_server, tiny_spec, write_spec,
                                                            tmp_path):
+    """The console script itself: its exit code, its output, Prefect's and Dask's logs (fd 2,
+    the workers' too) in STORE.log."""
     store = tmp_path / "tiny.zarr"
-    result = tokensweep("run", write_spec(tiny_spec), "--store", store, "--workers", "2",
+    result = subprocess_tokensweep("run", write_spec(tiny_spec), "--store", store, "--workers", "2",
                         cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stderr == ""
@@ -240,7 +265,7 @@ def test_ctrl_c_exits_130_with_one_resume_line_and_the_same_command_resumes(
     assert done >= 1
     assert not Path(f"{store}.lock").exists()
 
-    resumed = tokensweep(*command, "-q", cwd=tmp_path)
+    resumed = subprocess_tokensweep(*command, "-q", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert resumed.stdout == "" and resumed.stderr == ""  # -q: only errors
     assert (read_status(store) == DONE).all()
@@ -253,7 +278,7 @@ def test_ctrl_c_inside_a_pydantic_serializer_counts_as_ctrl_c():
     # its own error: a Ctrl-C striking while a spec is dumped must still exit 130 with the resume line
     from pydantic import BaseModel, model_serializer
 
-    from tokensweep.flows.cli import _interrupted
+    from tokensweep.flows.cli.common import interrupted
 
     class Struck(BaseModel):
         @model_serializer
@@ -264,12 +289,12 @@ def test_ctrl_c_inside_a_pydantic_serializer_counts_as_ctrl_c():
         Struck().model_dump()
     except BaseException as err:  # noqa: B036 (the point of the test)
         wrapped = err
-    assert type(wrapped).__name__ == "PydanticSerializationError" and _interrupted(wrapped)
-    assert _interrupted(KeyboardInterrupt()) and not _interrupted(ValueError("KeyboardInterrupt"))
+    assert type(wrapped).__name__ == "PydanticSerializationError" and interrupted(wrapped)
+    assert interrupted(KeyboardInterrupt()) and not interrupted(ValueError("KeyboardInterrupt"))
 
 
 @pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")  # zarr's, on its own call
-def test_a_store_lacking_an_output_the_model_records_now_is_refused(tmp_path):
+def test_a_store_lacking_an_output_the_model_records_now_is_refused(tmp_path, tokensweep):
     """A store written before its model recorded an output (here the R^d flow's
     log_boolean_defect, which a later tokensweep added) is refused, not resumed with that output
     missing for its done partitions: exit 2, one line naming it, the store untouched."""
@@ -294,3 +319,86 @@ def test_a_store_lacking_an_output_the_model_records_now_is_refused(tmp_path):
     assert snapshot(store) == before
     with pytest.raises(StoreError, match="lacks log_boolean_defect"):  # the API's path too
         prepare_store(sweep, store)
+
+
+def test_help_and_errors_name_the_tokensweep_command(tmp_path, tokensweep):
+    """However it was started (the console script, ``python -m``, a test), the command is
+    `tokensweep`: not ``python -m tokensweep.flows...`` nor the runner's name."""
+    for args in (["--help"], ["run", "--help"], ["server", "start", "--help"]):
+        result = tokensweep(*args, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert f"Usage: tokensweep {' '.join(args[:-1])}".rstrip() in result.stdout, result.stdout
+        assert "python -m" not in result.stdout and "pytest" not in result.stdout
+    wrong = tokensweep("status", cwd=tmp_path)  # STORE missing
+    assert wrong.returncode == 2 and "see `tokensweep status --help`" in wrong.stderr, wrong.stderr
+    assert "python -m" not in wrong.stderr
+
+
+def _done_store(spec: dict, store: Path) -> None:
+    """A store of `spec` whose partitions are all done (numbers left unwritten: what is counted
+    here is the status)."""
+    import zarr
+
+    from tokensweep.pipeline.store import create_store
+
+    create_store(load_sweep_dict(spec, store), store)
+    status = zarr.open_group(str(store), mode="r+", use_consolidated=False)["status"]
+    status[...] = DONE
+
+
+def load_sweep_dict(spec: dict, store: Path):
+    from tokensweep.pipeline.spec.load import parse_sweep
+
+    return parse_sweep(spec, store=str(store))
+
+
+def test_plan_on_a_store_the_spec_grows_counts_the_partitions_the_grow_adds(tmp_path, tokensweep):
+    """12 trajectories in blocks of 5 (0:5, 5:10, 10:12) over 4 cells, all done, grown to 24
+    trajectories and a third beta: every partition of the new cells, and in the old ones those
+    after 10 (10:12 grows to 10:15, computed whole), are to run; plan said "0 to run"."""
+    store = tmp_path / "tiny.zarr"
+    _done_store(TINY, store)
+    grown = {**TINY, "trajectories": 24, "grid": {**TINY["grid"], "beta": [0.5, 1.0, 2.0]}}
+    (tmp_path / "grown.yaml").write_text(yaml.safe_dump(grown))
+    result = tokensweep("plan", "grown.yaml", "--store", store, "--no-calibrate", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    # 6 cells x 5 blocks; carried: blocks 0:5 and 5:10 of the 4 old cells
+    assert "partitions: 30 (5 trajectories each, the last of each cell 4), 22 to run" in result.stdout
+    same = tokensweep("plan", SPECS / "good.yaml", "--no-calibrate", cwd=tmp_path)
+    assert "partitions: 4 (8 trajectories each), 4 to run" in same.stdout, same.stdout
+    (tmp_path / "same.yaml").write_text(yaml.safe_dump(TINY))
+    nothing = tokensweep("plan", "same.yaml", "--store", store, "--no-calibrate", cwd=tmp_path)
+    assert "partitions: 12 (5 trajectories each, the last of each cell 2), 0 to run" in nothing.stdout
+
+
+def test_durations_read_as_a_person_writes_them():
+    from tokensweep.flows.cli.look import duration
+
+    assert [duration(s) for s in (0.0004, 0.97, 4.24, 38.4, 204, 7560)] == \
+        ["0 ms", "970 ms", "4.2 s", "38 s", "3.4 min", "2.1 h"]
+
+
+def test_compiling_notice_is_decided_per_model(tmp_path, monkeypatch):
+    """A model's kernels are cold until numba's cache holds an index file of one of them: a
+    second model's first run is announced too (it was not once the cache held anything)."""
+    import hashlib
+
+    import numba
+
+    import tokensweep.kernels.cache  # noqa: F401 (sets numba's folder as it is imported: first)
+    from tokensweep.flows.cli.compiling import kernel_sources, kernels_cold
+    from tokensweep.pipeline.models import registry
+
+    for name in registry():
+        assert kernel_sources(name), name  # each model's kernels are found in its plug-in
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
+    assert kernels_cold("stochastic_transformer") and kernels_cold("sphere_flow")
+    source = kernel_sources("stochastic_transformer")[0]
+    folder = source if source.is_dir() else source.parent
+    sub = tmp_path / "cache" / f"{folder.name}_{hashlib.sha1(str(folder).encode()).hexdigest()}"
+    sub.mkdir(parents=True)
+    stem = "general" if source.is_dir() else source.stem
+    (sub / f"{stem}.kernel-10.py311.nbi").write_bytes(b"")
+    assert not kernels_cold("stochastic_transformer")
+    others = [name for name in registry() if set(kernel_sources(name)).isdisjoint({source})]
+    assert others and all(kernels_cold(name) for name in others)

@@ -25,7 +25,7 @@ from tokensweep.pipeline import grow
 from tokensweep.pipeline.errors import StoreError
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.plan import Plan
-from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.spec.load import parse_sweep
 from tokensweep.pipeline.store import DONE, prepare_store, read_partition_table, read_status, stored_sweep
 
 pytestmark = pytest.mark.slow  # grows real stores, kills real processes: `pytest -m slow`
@@ -169,7 +169,7 @@ def test_a_grow_that_dies_between_the_renames_is_finished_by_the_next_run(old_st
 
 KILLED_GROW = """
 import sys, time
-from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.spec.load import parse_sweep
 from tokensweep.pipeline.store import prepare_store, stored_sweep
 
 sweep = parse_sweep({spec!r})
@@ -250,15 +250,10 @@ def test_two_runs_started_at_once_on_a_new_store_one_wins_the_other_is_refused(
 
 
 def test_cli_run_grows_a_store(prefect_server, cli, old_store, write_spec):
-    from tokensweep.flows.cli import resolve_run
-
     final = _spec(trajectories=24)
     spec = write_spec(final)
-    try:
-        resolve_run(str(spec), str(old_store), None)
-    except StoreError as err:
-        pytest.skip(f"flows/cli.py resolve_run refuses growth still ({err}): it needs "
-                    "`spec_differences(old, sweep, growable=True)`")
     result = cli("run", spec, "--store", old_store, "--workers", "1", "--no-progress")
     assert result.returncode == 0, result.stdout + result.stderr
+    # what it says it will do counts the partitions the grow adds (it said 0 before)
+    assert f": {new_partitions(TINY, final)} of 20 partitions to run into" in result.stdout
     assert f"computed {new_partitions(TINY, final)} of 20 partitions" in result.stdout

@@ -60,7 +60,7 @@ def test_run_uses_the_warm_cluster_until_it_is_stopped_or_stale(
         pids = record["pids"]
         # started from other code (an upgrade, an edited source): not used, its workers run that code
         (home / "dask-cluster.json").write_text(json.dumps({**record, "code": "older"}))
-        assert cli("cluster", "status").stdout.startswith("no warm cluster")
+        assert cli("cluster", "status").stdout.startswith("no local cluster")
         stale = cli("run", spec, "--store", tmp_path / "stale.zarr", "--no-progress")
         assert stale.returncode == 0 and " local workers (logs" in stale.stdout, stale.stderr
     finally:
@@ -70,4 +70,4 @@ def test_run_uses_the_warm_cluster_until_it_is_stopped_or_stale(
     while time.monotonic() < deadline and any(map(_alive, pids)):
         time.sleep(0.2)
     assert not any(map(_alive, pids))
-    assert cli("cluster", "stop").stdout.strip() == "no warm cluster is running"
+    assert cli("cluster", "stop").stdout.strip() == "no local cluster is running"

@@ -1,8 +1,9 @@
-"""`tokensweep catalog` and `tokensweep plan`: looking before running.
+"""`tokensweep catalog`, `plan` and `models`: looking before running.
 
 `catalog` lists the ready-to-run specs with their cost and the figure or claim each reproduces
 (its row of catalog/README.md); `plan` says what `run` would do (partitions, store size, and
-the time, from a calibration run of a few trajectories of the first cell), writing nothing.
+the time, from a calibration run of a few trajectories of the first cell), writing nothing;
+`models` lists the models a spec can name.
 """
 
 from __future__ import annotations
@@ -14,17 +15,25 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import typer
 
-from ..pipeline.errors import SpecError, StoreError
-from ..pipeline.scales import scales_of
-from ..pipeline.spec import CATALOG, estimated_store_bytes, format_bytes, load_sweep, read_spec
-from .options import PartitionOpt, ScaleOpt, SpecArg, StoreOpt, WorkersOpt
+from .common import (
+    PartitionOpt,
+    ScaleOpt,
+    SpecArg,
+    StoreOpt,
+    WorkersOpt,
+    fail,
+    first_line,
+    local_problem,
+    partitions_to_run,
+)
 
 
-def _catalog_claims() -> dict[str, str]:
+def catalog_claims() -> dict[str, str]:
     """`name.yaml` -> its "paper, figure or claim" cell in catalog/README.md's table."""
+    from ...pipeline.spec.load import CATALOG
+
     try:
         text = (CATALOG / "README.md").read_text(encoding="utf-8")
     except OSError:
@@ -49,7 +58,11 @@ def _cost(sweep) -> str:
 
 def catalog(scale: Optional[str] = ScaleOpt):
     """List the catalog: name, model, cost (cells x trajectories x layers), figure or claim."""
-    claims = _catalog_claims()
+    from ...pipeline.errors import SpecError
+    from ...pipeline.spec.load import CATALOG, load_sweep, read_spec
+    from ...pipeline.spec.scales import scales_of
+
+    claims = catalog_claims()
     for path in sorted(CATALOG.glob("*.yaml")):
         if scale not in (None, "small") and scale not in scales_of(read_spec(path)):
             continue  # no such size of this entry
@@ -75,8 +88,10 @@ def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
     trajectories of the partition over more and more layers (the spec's step h), then more of its
     trajectories, until one call takes `target_s` or runs the whole partition.
     """
-    from ..pipeline.models import get_model
-    from ..pipeline.plan import Plan
+    import numpy as np
+
+    from ...pipeline.models import get_model
+    from ...pipeline.plan import Plan
 
     for key in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(key, "1")  # as on a worker: one thread per partition
@@ -93,7 +108,7 @@ def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
 
 
 def _seconds_per_layer(sweep, model, plan, part, target_s: float) -> float:
-    from ..pipeline.seeds import trajectory_rngs
+    from ...pipeline.seeds import trajectory_rngs
 
     coords = plan.coords(part)
     per_layer = len(sweep.time.checkpoint_layers) / sweep.time.layers
@@ -122,14 +137,26 @@ def _seconds_per_layer(sweep, model, plan, part, target_s: float) -> float:
     return elapsed / (ntraj * layers)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """A duration as one reads it: 970 ms, 4.2 s, 38 s, 3.4 min, 2.1 h."""
     if seconds < 1:
-        return f"{seconds * 1000:.2g} ms"
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     if seconds < 60:
-        return f"{seconds:.2g} s"
+        return f"{seconds:.0f} s"
     if seconds < 3600:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def partition_sizes(sweep) -> str:
+    """How many trajectories a partition holds: "200 trajectories each", or, where a cell's
+    last block is shorter, "200 trajectories each, the last of each cell 10"."""
+    each, last = sweep.partition_traj, sweep.trajectories % sweep.partition_traj
+    if sweep.trajectories <= each:
+        return f"{sweep.trajectories} trajectories each"
+    return f"{each} trajectories each" + (f", the last of each cell {last}" if last else "")
 
 
 def plan(
@@ -142,20 +169,27 @@ def plan(
                                               "estimate the run time"),
 ):
     """What `run SPEC` would do (partitions, store size, time), computing and writing nothing."""
-    from ..pipeline.lock import describe_lock
-    from ..pipeline.plan import Plan
-    from .cli import _fail, _first_line, _kernels_cold, _to_run, local_problem, resolve_run
+    import numpy as np
+
+    from ...pipeline.errors import SpecError, StoreError
+    from ...pipeline.lock import describe_lock
+    from ...pipeline.plan import Plan
+    from ...pipeline.prepare import prepare_sweep
+    from ...pipeline.spec.load import estimated_store_bytes, format_bytes
+    from ..clusters import local_workers
+    from .compiling import kernels_cold
 
     try:
-        sweep = resolve_run(spec, store, partition_traj, check_lock=False, scale=scale)
+        sweep = prepare_sweep(spec, scale=scale, store=store, partition_traj=partition_traj,
+                              check_lock=False)
     except (SpecError, StoreError) as err:
-        _fail(str(err))
-    partitions, todo = len(Plan(sweep)), _to_run(sweep)
+        fail(str(err))
+    partitions, todo = len(Plan(sweep)), partitions_to_run(sweep)
     size = estimated_store_bytes(sweep)
     typer.echo(f"{sweep.name}: {sweep.model}, {sweep.n_cells} cells x {sweep.trajectories} "
                f"trajectories x {sweep.time.layers} layers, {len(sweep.time.checkpoint_layers)} "
                "checkpoints")
-    typer.echo(f"partitions: {partitions} of {sweep.partition_traj} trajectories, {todo} to run")
+    typer.echo(f"partitions: {partitions} ({partition_sizes(sweep)}), {todo} to run")
     typer.echo(f"store: {sweep.store}: {size} bytes ({format_bytes(size)}) uncompressed")
     lock = describe_lock(sweep.store)
     if lock:
@@ -164,19 +198,27 @@ def plan(
         return
     problem = local_problem(sweep)
     if problem:  # the calibration computes here
-        _fail(f"{problem} (`tokensweep plan --no-calibrate` plans without timing)")
-    if _kernels_cold():
-        typer.echo("compiling kernels (first run only) ...")
+        fail(f"{problem} (`tokensweep plan --no-calibrate` plans without timing)")
+    if kernels_cold(sweep.model):
+        typer.echo(f"compiling {sweep.model}'s kernels (first run of this model only) ...")
     try:
         per_layer, label = _calibrate(sweep)
     except Exception as err:  # the kernel itself failed: say so in one line
-        _fail(f"the calibration run failed ({type(err).__name__}: {_first_line(err)}): "
+        fail(f"the calibration run failed ({type(err).__name__}: {first_line(err)}): "
               "`tokensweep plan --no-calibrate` plans without timing", code=1)
-    n_workers = workers or os.cpu_count() or 1
+    n_workers = local_workers(workers)  # one per usable core (affinity, cgroups) by default
     layers = float(np.mean(sweep.axes.get("layers", sweep.time.layers)))  # a layers axis: its mean
     per_partition = per_layer * layers * sweep.partition_traj
     core = per_layer * layers * sweep.trajectories * sweep.n_cells * todo / partitions
     wall = math.ceil(todo / n_workers) * per_partition
-    typer.echo(f"core time: ~{_duration(core)} ({per_layer * 1e6:.3g} us per trajectory and "
-               f"layer, {label}); wall time: ~{_duration(wall)} on {n_workers} local workers, plus the "
+    typer.echo(f"core time: ~{duration(core)} ({per_layer * 1e6:.3g} us per trajectory and "
+               f"layer, {label}); wall time: ~{duration(wall)} on {n_workers} local workers, plus the "
                "start of the cluster and the report")
+
+
+def models():
+    """List the models a spec can name."""
+    from ...pipeline.models import registry
+
+    for model in registry().values():
+        typer.echo(f"{model.name:24s} {model.summary}")

@@ -8,30 +8,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import typer
 
-from ..pipeline import location
-from ..pipeline.errors import SpecError, StoreError
-from ..pipeline.store import DONE, FAILED, PENDING, read_status, stored_sweep
-from .options import StoreArg
+from .common import StoreArg, fail, normalised_store
 
 
 def unlock(store: str = StoreArg):
     """Break the lock of STORE left by a sweep that died (check that none is running first)."""
-    from .cli import _fail
-    store = location.normalised(store)  # a file:// URL is its path
-    from ..pipeline.lock import break_lock, is_running_here, lock_path, owner_text
-    from .flow_lock import mark_crashed
+    from ...pipeline import location
+    from ...pipeline.errors import StoreError
+    from ...pipeline.lock import break_lock, is_running_here, lock_path, owner_text
+    from ..flow_lock import mark_crashed
 
+    store = normalised_store(store)
     try:
         if location.is_remote(store):
             location.check_reachable(store)
         found = location.exists(store) or location.exists(lock_path(store))
     except StoreError as err:
-        _fail(str(err))
+        fail(str(err))
     if not found:
-        _fail(f"no store at {store} and no lock beside it: check the path")
+        fail(f"no store at {store} and no lock beside it: check the path")
     held = break_lock(store)
     typer.echo(f"broke the lock held by {owner_text(held)}" if held is not None
                else f"{store} was not locked")
@@ -46,18 +43,20 @@ def unlock(store: str = StoreArg):
 
 def status(store: str = StoreArg):
     """Partitions done / pending / failed; each failed one with its cell, block and error."""
-    from .cli import _fail
-    store = location.normalised(store)  # a file:// URL is its path
-    from ..pipeline.lock import describe_lock
-    from ..pipeline.plan import Plan
-    from ..pipeline.store import read_error, read_partition_table
+    import numpy as np
 
+    from ...pipeline.errors import StoreError
+    from ...pipeline.lock import describe_lock
+    from ...pipeline.plan import Plan
+    from ...pipeline.store import DONE, FAILED, PENDING, read_error, read_partition_table, stored_sweep
+
+    store = normalised_store(store)
     try:
         sweep = stored_sweep(store)
         flat = read_partition_table(store, "status")
         started = read_partition_table(store, "started")
     except StoreError as err:
-        _fail(str(err))
+        fail(str(err))
     plan = Plan(sweep)
     counts = {name: int((flat == code).sum()) for name, code in
               (("done", DONE), ("pending", PENDING), ("failed", FAILED))}
@@ -86,14 +85,15 @@ def report(
                                         metavar="DIR", show_default="none: report STORE"),
 ):
     """Write report.html (self-contained), report.md and the figures; --index DIR: every store's."""
-    from ..pipeline.reading import store_path
-    from ..pipeline.report import write_report
-    from ..pipeline.report.index import write_index
-    from ..pipeline.store import open_cube
-    from .cli import _fail
+    from ...pipeline import location
+    from ...pipeline.errors import SpecError, StoreError
+    from ...pipeline.reading import store_path
+    from ...pipeline.report import write_report
+    from ...pipeline.report.index import write_index
+    from ...pipeline.store import DONE, open_cube, read_status, stored_sweep
 
     if (store is None) == (index is None):
-        _fail("report: give either STORE (a store or a catalog name) or --index DIR, not both or neither")
+        fail("report: give either STORE (a store or a catalog name) or --index DIR, not both or neither")
     try:
         if index is not None:
             typer.echo(f"index: {write_index(index)}")
@@ -107,6 +107,6 @@ def report(
                            "the report covers done partitions' cells only", err=True)
             paths = write_report(ds, Path(out) if out else location.report_dir(store))
     except (StoreError, SpecError) as err:
-        _fail(str(err))
+        fail(str(err))
     for name, path in paths.items():
         typer.echo(f"{name}: {path}")

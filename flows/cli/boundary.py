@@ -5,7 +5,7 @@ Every round of the search is one run of the Prefect ``sweep`` flow (`run.run_swe
 store of one value of the other axes; all rounds share one local Dask cluster, started here once
 (a cluster per round would cost seconds each). Stores: ``NAME.boundary/<cell>-N<count>.zarr`` beside the
 spec's store (or under --store); at the end ``boundary.md`` / ``boundary.html`` there give each
-cell's interval and cost against a dense grid (`pipeline/report/boundary.py`). Interrupted, the same command resumes: the search replays its
+cell's interval and cost against a dense grid (`pipeline/report/search_page.py`). Interrupted, the same command resumes: the search replays its
 looks on what the stores hold and computes only what is missing.
 """
 
@@ -18,10 +18,10 @@ from typing import Optional
 
 import typer
 
-from ..pipeline.boundary import OUTCOMES, Design, boundary_folder, boundary_search, check_request, \
-    default_axis, describe
-from ..pipeline.errors import SpecError, StoreError
-from ..pipeline.spec import load_sweep
+from .common import fail, interrupted, logs_to
+
+# what `--outcome` may count (pipeline.boundary.OUTCOMES' keys: its help, without importing it)
+OUTCOME_NAMES = ("antipodal", "single", "any_pair")
 
 
 def boundary(
@@ -30,7 +30,7 @@ def boundary(
     level: float = typer.Option(..., help="the probability whose crossing is located, in (0, 1)",
                                 show_default=False),
     width: float = typer.Option(0.05, help="stop when the interval is at most this wide"),
-    outcome: str = typer.Option("antipodal", help=f"what is counted: {', '.join(OUTCOMES)}"),
+    outcome: str = typer.Option("antipodal", help=f"what is counted: {', '.join(OUTCOME_NAMES)}"),
     axis: Optional[str] = typer.Option(None, help="the axis searched (its range: the spec's smallest "
                                        "and largest value)", show_default="beta, or sigma for the "
                                        "hybrid model"),
@@ -47,7 +47,17 @@ def boundary(
     """Locate where P(outcome) crosses --level along beta (sigma: hybrid), per other-axes value.
 
     To --width, with a --confidence interval; resumable."""
-    from .cli import _fail, _interrupted, _logs_to
+    from ...pipeline.boundary import (
+        OUTCOMES,
+        Design,
+        boundary_folder,
+        boundary_search,
+        check_request,
+        default_axis,
+        describe,
+    )
+    from ...pipeline.errors import SpecError, StoreError
+    from ...pipeline.spec.load import load_sweep
 
     try:
         sweep = load_sweep(spec)
@@ -56,25 +66,25 @@ def boundary(
                         max_trajectories=max_trajectories)
         check_request(sweep, axis, outcome, design)
     except (SpecError, StoreError) as err:
-        _fail(str(err))
+        fail(str(err))
     folder = Path(store) if store else boundary_folder(sweep)
     say = (lambda line: None) if (quiet or as_json) else typer.echo
     say(f"{sweep.name}: where {OUTCOMES[outcome].split(':')[0]} crosses {level:g} along {axis}, "
         f"to width {width:g} ({confidence:.0%}); stores in {folder} (logs: {folder}.log)")
     try:
-        with _logs_to(Path(f"{folder}.log"), verbose), _local_cluster(workers) as address:
-            results = boundary_search(sweep, design, _runner(address), axis=axis, outcome=outcome,
+        with logs_to(Path(f"{folder}.log"), verbose), search_cluster(workers) as address:
+            results = boundary_search(sweep, design, round_runner(address), axis=axis, outcome=outcome,
                                       folder=folder, progress=say)
     except (SpecError, StoreError) as err:
-        _fail(str(err))
+        fail(str(err))
     except RuntimeError as err:  # partitions failed: the flow's message lists them
-        _fail(f"{err}; run the same command to resume", code=1)
+        fail(f"{err}; run the same command to resume", code=1)
     except (KeyboardInterrupt, Exception) as err:
-        if not _interrupted(err):
+        if not interrupted(err):
             raise
         typer.echo("interrupted: run the same command to resume", err=True)
-        raise typer.Exit(130)
-    from ..pipeline.report.boundary import write_boundary_report  # matplotlib: only once found
+        raise typer.Exit(130) from None
+    from ...pipeline.report.search_page import write_boundary_report  # matplotlib: only once found
 
     page = write_boundary_report(results, sweep, design, axis, outcome, folder)
     say(f"report: {page['html']} (intervals, cost against a dense grid, looks)")
@@ -85,9 +95,9 @@ def boundary(
             typer.echo(describe(found, axis))
 
 
-def _runner(address: str):
+def round_runner(address: str):
     def run(sweep) -> None:
-        from .run import run_sweep
+        from ..run import run_sweep
 
         # no report per round: the search reads the counts itself, and a report costs seconds
         run_sweep(sweep.model_dump(mode="json"), sweep.store, scheduler=address, progress=False,
@@ -96,10 +106,10 @@ def _runner(address: str):
 
 
 @contextmanager
-def _local_cluster(workers: Optional[int]):
+def search_cluster(workers: Optional[int]):
     """One local cluster (`clusters.start_local_cluster`) for every round of the search."""
-    from .clusters import start_local_cluster
-    from .run import prepare_environment
+    from ..clusters import start_local_cluster
+    from ..run import prepare_environment
 
     prepare_environment(None)  # the server URL and NUMBA_NUM_THREADS=1 before the workers start
     with start_local_cluster(workers) as cluster:

@@ -1,0 +1,5 @@
+"""``python -m tokensweep.flows.cli``: the `tokensweep` command."""
+
+from . import console
+
+console()
