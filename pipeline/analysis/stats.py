@@ -23,7 +23,8 @@ import numpy as np
 import xarray as xr
 
 from ..errors import SpecError
-from ..spec import SPEC_ATTR, SweepBase, sweep_from_json
+from ..spec.base import SPEC_ATTR, SweepBase
+from ..spec.load import sweep_from_json
 
 __all__ = ["stored_spec", "closed_form", "grid_dims", "done_mask", "done_finite", "wilson_interval",
            "chi_square_summary", "cells_of", "flag", "pending_count"]
