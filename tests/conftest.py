@@ -36,6 +36,18 @@ os.environ["TOKENSWEEP_HOME"] = tempfile.mkdtemp(prefix="tokensweep-home-")
 # Commands run cold, each in its own process, unless a test starts a warm one (test_warm_cli.py)
 os.environ["TOKENSWEEP_WARM"] = "0"
 
+# The quick tier checks logic in this process; a test that needs a server or a cluster (each
+# starts processes of its own) belongs to the slow tier, whichever file it sits in.
+SERVER_FIXTURES = {"prefect_server", "dask_client", "dask_cluster"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 SPECS = Path(__file__).parent / "specs"
 BIN = Path(sys.executable).parent
 
@@ -82,7 +94,7 @@ def reference_cube(spec: dict, store: Path):
     """An uninterrupted run of `spec`, in this process, one partition after another."""
     from tokensweep.pipeline.execute import run_partition
     from tokensweep.pipeline.plan import Plan
-    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.spec.load import parse_sweep
     from tokensweep.pipeline.store import prepare_store
 
     sweep = parse_sweep(spec)
@@ -103,9 +115,64 @@ def run_tokensweep(*args, env_extra=None, timeout=300) -> subprocess.CompletedPr
                           timeout=timeout)
 
 
+DASK_CONFIG_AT_START = os.environ.get("DASK_CONFIG")
+
+
+def refresh_dask_config() -> None:
+    """Dask reads DASK_CONFIG and DASK_* variables on import: read them again after a change."""
+    if "dask" in sys.modules:
+        import dask.config
+
+        folder = os.environ.get("DASK_CONFIG")
+        paths = [p for p in dask.config.paths if p != DASK_CONFIG_AT_START]
+        dask.config.refresh(paths=paths + ([folder] if folder else []))
+
+
+def run_in_process(*args, env_extra=None, timeout=None) -> subprocess.CompletedProcess:
+    """`tokensweep ARGS...` through `main(argv)` in this process: its exit code and what it wrote
+    to stdout and stderr (file descriptors included: the CLI sends logs to fd 2)."""
+    from tokensweep.flows.cli import main
+
+    env = {k: str(v) for k, v in (env_extra or {}).items()}
+    saved_env = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    refresh_dask_config()
+    streams = sys.stdout, sys.stderr
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        for stream in streams:
+            stream.flush()
+        saved_fds = os.dup(1), os.dup(2)
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.stdout = open(os.dup(1), "w", closefd=True)
+        sys.stderr = open(os.dup(2), "w", closefd=True)
+        try:
+            code = main([str(a) for a in args])
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                stream.close()
+            sys.stdout, sys.stderr = streams
+            for fd, saved in zip((1, 2), saved_fds):
+                os.dup2(saved, fd)
+                os.close(saved)
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            refresh_dask_config()
+        texts = []
+        for f in (out, err):
+            f.seek(0)
+            texts.append(f.read().decode(errors="replace"))
+    return subprocess.CompletedProcess(["tokensweep", *map(str, args)], code, *texts)
+
+
 @pytest.fixture
-def cli():
-    return run_tokensweep
+def cli(request):
+    """`tokensweep ARGS...`: in this process in the quick tier (`main(argv)`); in the slow tier,
+    whose tests start servers and clusters anyway, as a subprocess, as a user runs it."""
+    return run_tokensweep if request.node.get_closest_marker("slow") else run_in_process
 
 
 @pytest.fixture
