@@ -58,9 +58,7 @@ def catalog() -> list[CatalogEntry]:
 
     import yaml
 
-    from .pipeline import spec
-
-    folder = Path(spec.__file__).resolve().parent.parent / "catalog"
+    from .pipeline.spec.load import CATALOG as folder
     entries = []
     for path in sorted(folder.glob("*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -72,7 +70,8 @@ def catalog() -> list[CatalogEntry]:
 def load_spec(spec, scale=None, **overrides):
     """A validated spec from a YAML path, a catalog name, a dict or a spec, at `scale` ("small",
     the default, or "paper": the spec's `scales` block); raises SpecError."""
-    from .pipeline.spec import SweepBase, load_sweep, parse_sweep
+    from .pipeline.spec.base import SweepBase
+    from .pipeline.spec.load import load_sweep, parse_sweep
 
     if isinstance(spec, SweepBase):
         return parse_sweep(spec.model_dump(mode="json"), **overrides)

@@ -31,7 +31,7 @@ import numpy as np
 from tokensweep.pipeline import theory
 from tokensweep.pipeline.models import get_model
 from tokensweep.pipeline.seeds import trajectory_rngs
-from tokensweep.pipeline.spec import load_sweep
+from tokensweep.pipeline.spec.load import load_sweep
 
 SPEC = Path(__file__).resolve().parents[1] / "catalog" / "fedorov2026-fig3.yaml"
 ANTIPODAL = 2

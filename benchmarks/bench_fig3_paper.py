@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 from tokensweep.kernels.sphere_flow import simulate_sphere_flow  # noqa: E402
-from tokensweep.pipeline.spec import load_sweep, parse_sweep, read_spec  # noqa: E402
+from tokensweep.pipeline.spec.load import load_sweep, parse_sweep, read_spec  # noqa: E402
 
 CATALOG = Path(__file__).resolve().parent.parent / "catalog" / "geshkovski2023-fig3.yaml"
 PAPER = load_sweep(CATALOG, "paper")

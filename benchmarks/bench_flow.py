@@ -110,7 +110,7 @@ def sweep_on(spec: dict, store: Path, workers: int, report: bool = True) -> tupl
 def _warm_up():
     from tokensweep.pipeline.execute import simulate_partition
     from tokensweep.pipeline.plan import Plan
-    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.spec.load import parse_sweep
 
     sweep = parse_sweep({**TRIVIAL, "name": "warm"})
     simulate_partition(sweep, Plan(sweep)[0])
@@ -157,7 +157,7 @@ def status(folder: Path) -> None:
 def status_of(store: Path, partitions: int, batched: bool) -> float:
     import zarr
 
-    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.spec.load import parse_sweep
     from tokensweep.pipeline.store import prepare_store
 
     sweep = parse_sweep(status_spec(partitions), store=str(store))
@@ -195,7 +195,7 @@ def large_sweep(store: Path, spec: dict, what: str) -> float:
     from tokensweep.pipeline.execute import simulate_partition
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.report import write_report
-    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.spec.load import parse_sweep
     from tokensweep.pipeline.store import open_cube, store_batch_shape
 
     wall, summary = sweep_on(spec, store, workers=2, report=False)
@@ -233,7 +233,7 @@ def planner(folder: Path) -> None:
 def _planner_child(folder: Path) -> None:
     from tokensweep.pipeline.execute import pending_partitions
     from tokensweep.pipeline.plan import Plan
-    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.spec.load import parse_sweep
     from tokensweep.pipeline.store import prepare_store, store_batch_shape
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -263,7 +263,7 @@ class Methods:
         import tempfile
 
         from tokensweep.pipeline.execute import run_partition
-        from tokensweep.pipeline.spec import parse_sweep
+        from tokensweep.pipeline.spec.load import parse_sweep
         from tokensweep.pipeline.store import create_store
 
         sweep = parse_sweep({"name": "span", "model": "sphere_flow", "attention": "sa",

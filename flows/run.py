@@ -129,7 +129,7 @@ def partitions_to_run(spec: dict, store: str) -> int:
     and those a grown grid adds); a cap on the workers worth starting."""
     from ..pipeline.errors import StoreError
     from ..pipeline.plan import Plan
-    from ..pipeline.spec import parse_sweep
+    from ..pipeline.spec.load import parse_sweep
     from ..pipeline.store import DONE, read_status
 
     planned = len(Plan(parse_sweep(spec)))

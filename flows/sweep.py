@@ -26,7 +26,7 @@ from ..pipeline.batch import run_batches
 from ..pipeline.execute import pending_partitions, run_partition
 from ..pipeline.plan import Plan
 from ..pipeline.prepare import prepare_sweep
-from ..pipeline.spec import parse_sweep
+from ..pipeline.spec.load import parse_sweep
 from ..pipeline.store import FAILED, open_cube, prepare_store, read_status, record_provenance, store_batch_shape
 from .flow_lock import flow_lock
 

@@ -48,7 +48,7 @@ def load(spec: dict) -> None:
     problem, and the workers load their kernels as they go."""
     from ..pipeline.execute import simulate_partition
     from ..pipeline.plan import Plan
-    from ..pipeline.spec import parse_sweep
+    from ..pipeline.spec.load import parse_sweep
 
     if spec.get("device", "cpu") != "cpu":  # CUDA, once initialised, is lost to every fork
         return

@@ -38,8 +38,8 @@ from .execute import PartitionResult, describe_failure, run_partition, simulate_
 from .failures import recorded_errors
 from .models import get_model
 from .plan import Plan
-from .recording import declared_outputs
-from .spec import SweepBase
+from .spec.base import SweepBase
+from .spec.recording import declared_outputs
 from .store import DONE, FAILED, clear_error, store_batch_shape, write_error
 from .testing import fault_injector
 

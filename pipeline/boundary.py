@@ -65,7 +65,8 @@ import numpy as np
 from .analysis.antipodal import antipodal_table, any_antipodal_table
 from .analysis.stats import wilson_interval
 from .errors import SpecError, StoreError
-from .spec import SweepBase, parse_sweep
+from .spec.base import SweepBase
+from .spec.load import parse_sweep
 from .store import DONE, open_cube, stored_sweep
 
 __all__ = ["Design", "Boundary", "OUTCOMES", "search", "boundary_search", "check_request",
@@ -293,7 +294,7 @@ def check_request(sweep: SweepBase, axis: str, outcome: str, design: Design) -> 
         raise SpecError(f"--max-trajectories: {design.max_trajectories} is fewer than the spec's "
                         f"{sweep.trajectories} trajectories: raise it")
     from .models import get_model
-    from .recording import declared_outputs
+    from .spec.recording import declared_outputs
 
     outputs = declared_outputs(get_model(sweep.model), sweep)
     needs = "overlap_min" if outcome == "any_pair" else "cluster_class"

@@ -27,7 +27,7 @@ from .models import get_model
 from .plan import Partition, Plan
 from .plugin import check_outputs
 from .seeds import trajectory_rngs
-from .spec import SweepBase
+from .spec.base import SweepBase
 from .store import DONE, FAILED, clear_error, partition_dataset, read_status, write_error
 from .testing import fault_injector
 

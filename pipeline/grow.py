@@ -52,8 +52,8 @@ from . import location
 from .errors import StoreError
 from .models import get_model
 from .plan import Plan
-from .recording import declared_outputs
-from .spec import SweepBase
+from .spec.base import SweepBase
+from .spec.recording import declared_outputs
 from .store import DONE, create_store, errors_dir, growth, read_status, stored_sweep
 
 __all__ = ["grow_store", "recover", "interrupted", "sibling", "refuse_remote"]

@@ -18,7 +18,8 @@ other batch touches. Completion stays per partition (`status`). The batch shape 
 the store (its chunks), fixed when the store is created (`default_batch_shape`); below the
 threshold it is all ones: a batch is one partition and the store is exactly as before.
 
->>> from tokensweep.pipeline.spec import Grid, load_sweep
+>>> from tokensweep.pipeline.spec.base import Grid
+>>> from tokensweep.pipeline.spec.load import load_sweep
 >>> sweep = load_sweep("quickstart").model_copy(update={"grid": Grid(beta=[0.5, 1.0], d=4, n=2),
 ...     "trajectories": 10, "partition_traj": 4})
 >>> plan = Plan(sweep)
@@ -39,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .spec import SweepBase
+from .spec.base import SweepBase
 
 # Batching: above this many partitions; then about MAX_BATCHES batches per sweep, each chunk at
 # most CHUNK_BYTES (a flush rewrites a batch's chunks whole). A batch pays ~30 ms of chunk writes:
@@ -158,7 +159,8 @@ def default_batch_shape(sweep: SweepBase, partition_bytes: int = 0) -> tuple[int
     (at most CHUNK_BYTES / partition_bytes), filled from the last dimension: whole trailing
     dimensions first, then an even split of the next one, so batches are compact in plan order.
 
-    >>> from tokensweep.pipeline.spec import Grid, load_sweep
+    >>> from tokensweep.pipeline.spec.base import Grid
+    >>> from tokensweep.pipeline.spec.load import load_sweep
     >>> sweep = load_sweep("quickstart").model_copy(update={
     ...     "grid": Grid(beta=list(range(1000)), d=list(range(2, 202)), n=2), "trajectories": 1})
     >>> default_batch_shape(sweep), len(Plan(sweep))

@@ -38,7 +38,7 @@ from typing import Callable, ClassVar, Mapping, NamedTuple
 
 import numpy as np
 
-from .spec import SweepBase
+from .spec.base import SweepBase
 
 __all__ = ["Model", "ReportInput", "Part", "Section", "CLOSED_FORMS", "check_outputs"]
 
@@ -113,7 +113,7 @@ def check_outputs(model: Model, outputs: dict, ntraj: int, nt: int,
                   sweep: SweepBase | None = None) -> None:
     """Raise if `outputs` is not exactly the model's declared outputs (for `sweep`, with the
     observables it records), shaped and typed as declared."""
-    from .recording import declared_outputs, dimension_sizes, output_shape
+    from .spec.recording import declared_outputs, dimension_sizes, output_shape
 
     declared = model.outputs if sweep is None else declared_outputs(model, sweep)
     sizes = {} if sweep is None else dimension_sizes(sweep)

@@ -19,7 +19,8 @@ from pathlib import Path
 from . import location
 from .errors import SpecError, StoreError
 from .lock import describe_lock
-from .spec import SweepBase, check_store_size, parse_sweep, read_spec, spec_at_scale
+from .spec.base import SweepBase
+from .spec.load import check_store_size, parse_sweep, read_spec, spec_at_scale
 
 __all__ = ["prepare_sweep", "store_target", "check_store_path", "refuse_if_locked"]
 

@@ -29,7 +29,8 @@ import xarray as xr
 from . import location
 from .analysis.stats import done_mask, pending_count, stored_spec
 from .errors import SpecError
-from .spec import SweepBase, load_sweep, resolve_spec_path
+from .spec.base import SweepBase
+from .spec.load import load_sweep, resolve_spec_path
 from .store import coord_attrs, open_cube
 
 __all__ = ["open_sweep", "store_path"]

@@ -47,9 +47,10 @@ from .failures import clear_error, errors_dir, read_error, write_error  # noqa: 
 from .models import get_model
 from .plan import Partition, Plan, default_batch_shape
 from .provenance import code_version, software_versions  # noqa: F401 (re-exported)
-from .recording import declared_outputs, dimension_coords, dimension_sizes
 from .seeds import SEEDING_SCHEME
-from .spec import SPEC_ATTR, SweepBase, sweep_from_json
+from .spec.base import SPEC_ATTR, SweepBase
+from .spec.load import sweep_from_json
+from .spec.recording import declared_outputs, dimension_coords, dimension_sizes
 
 PENDING, DONE, FAILED = 0, 1, 2
 STATUS_MEANINGS = "pending done failed"
@@ -164,7 +165,7 @@ def variable_layout(sweep: SweepBase, dims: tuple[str, ...], shape: tuple[int, .
     ~0.7 ms each, so reading the 1-byte statuses of 2*10^4 partitions took 14 s sharded and 0.8 s
     with one chunk per batch (`benchmarks/bench_flow.py`).
 
-    >>> from tokensweep.pipeline.spec import load_sweep
+    >>> from tokensweep.pipeline.spec.load import load_sweep
     >>> sweep = load_sweep("quickstart")  # 400 trajectories, 200 per partition
     >>> variable_layout(sweep, ("beta", "d", "n", "t", "traj"), (7, 8, 1, 5, 400), (1, 1, 1, 1))
     {'chunks': (1, 1, 1, 5, 200)}
@@ -321,13 +322,13 @@ def growth(old: SweepBase, new: SweepBase, path: str | Path = "the store") -> li
     """What `new` adds to a store holding `old` ([] when nothing); raises StoreError listing every
     difference that would change numbers already stored (model, time, seed, eps, options, ...).
 
-    >>> from tokensweep.pipeline.spec import load_sweep
+    >>> from tokensweep.pipeline.spec.load import load_sweep
     >>> old = load_sweep("quickstart")
     >>> growth(old, old.model_copy(update={"trajectories": 800, "description": "more"}))
     ['trajectories: 400 -> 800', 'description']
     >>> growth(old, old.model_copy(update={"seed": 1}))
     Traceback (most recent call last):
-    tokensweep.pipeline.store.StoreError: the store holds a different spec (seed: 20260129 -> 1): ...
+    tokensweep.pipeline.errors.StoreError: the store holds a different spec (seed: 20260129 -> 1): ...
     """
     refused = spec_differences(old, new, growable=True)
     if refused:
@@ -348,7 +349,7 @@ def refuse_missing_outputs(sweep: SweepBase, path: str | Path) -> None:
     """Refuses a store written before its model recorded an output it records now (a new
     observable of a later tokensweep): resumed, its done partitions would never get it."""
     from .models import get_model
-    from .recording import declared_outputs
+    from .spec.recording import declared_outputs
 
     try:
         with xr.open_zarr(location.zarr_store(path, read_only=True),

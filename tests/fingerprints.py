@@ -60,7 +60,7 @@ def digest(outputs: dict[str, np.ndarray]) -> str:
 def partitions(name: str, head: int | None):
     """(label, sweep, partition, plan) of an entry's first and last partition (cut to `head`)."""
     from tokensweep.pipeline.plan import Plan
-    from tokensweep.pipeline.spec import load_sweep
+    from tokensweep.pipeline.spec.load import load_sweep
 
     sweep = load_sweep(name)
     plan = Plan(sweep)

@@ -25,7 +25,7 @@ from tokensweep.pipeline import batch as batch_module
 from tokensweep.pipeline import plan as plan_module
 from tokensweep.pipeline.batch import BatchError, run_batch
 from tokensweep.pipeline.plan import Plan, default_batch_shape
-from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.spec.load import parse_sweep
 from tokensweep.pipeline.store import (DONE, FAILED, PENDING, prepare_store, read_error,
                                        read_partition_table, read_status, store_batch_shape)
 

@@ -22,7 +22,7 @@ from tokensweep.pipeline.models.euclidean_flow import good_triple
 from tokensweep.pipeline.plugin import ReportInput
 from tokensweep.pipeline.report.geometry import geometry_section
 from tokensweep.pipeline.seeds import trajectory_rngs
-from tokensweep.pipeline.spec import parse_sweep, sweep_from_json
+from tokensweep.pipeline.spec.load import parse_sweep, sweep_from_json
 from tokensweep.pipeline.store import SPEC_ATTR, prepare_store, spec_differences
 
 BASE = {"name": "e", "model": "euclidean_flow", "grid": {"beta": 1.0, "d": 2, "n": 6},

@@ -128,7 +128,7 @@ def test_every_catalog_sweep_cuts_to_a_tiny_one_with_its_configuration():
     from pathlib import Path
 
     from tokensweep.flows.warm_kernels import tiny
-    from tokensweep.pipeline.spec import load_sweep, parse_sweep
+    from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
 
     specs = sorted((Path(__file__).parents[1] / "catalog").glob("*.yaml"))
     assert len(specs) > 20

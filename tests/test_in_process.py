@@ -53,7 +53,7 @@ def test_the_in_process_cube_equals_a_local_clusters(prefect_server, tmp_path, m
 def test_a_finished_store_starts_no_cluster_on_resume(tmp_path):
     from tokensweep.flows.run import early_task_runner, partitions_to_run
     from tokensweep.pipeline.execute import run_partition
-    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.spec.load import parse_sweep
     from tokensweep.pipeline.store import prepare_store
 
     spec = {**ONE, "partition_traj": 3, "store": str(tmp_path / "s.zarr")}

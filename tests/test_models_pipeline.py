@@ -28,7 +28,7 @@ from tokensweep.pipeline.models import get_model, registry
 from tokensweep.pipeline.models.euclidean_flow import EuclideanFlowSweep
 from tokensweep.pipeline.models.sphere_flow import SphereFlowSweep
 from tokensweep.pipeline.report import write_report
-from tokensweep.pipeline.spec import load_sweep, parse_sweep
+from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
 from tokensweep.pipeline.store import prepare_store
 
 CATALOG = Path(__file__).parent.parent / "catalog"
@@ -58,7 +58,7 @@ def test_spec_names_are_the_kernels_names():
     assert fields["value"].annotation.__args__ == ensembles.VALUE_ENSEMBLES
     assert set(fields["integrator"].annotation.__args__) == set(sphere_flow.INTEGRATOR_CODES)
     from tokensweep.kernels import starts as kernel_starts
-    from tokensweep.pipeline import starts
+    from tokensweep.pipeline.spec import starts
     from tokensweep.pipeline.models.sphere_flow import kernel_start
 
     own = {kernel_start(starts.Start(kind=kind)) for kind in ("uniform", "hemisphere", "equiangular")}
@@ -324,7 +324,7 @@ def test_bad_matrices_are_refused_naming_the_field(changes, message):
 def test_matrices_are_normalised_to_heads_and_round_trip():
     import json
 
-    from tokensweep.pipeline.spec import sweep_from_json
+    from tokensweep.pipeline.spec.load import sweep_from_json
 
     sweep = parse_sweep({**SPHERE3, "heads": 2,
                          "matrices": {"V": [EYE3, MINUS3], "Q": np.diag([1.0, 2.0, 3.0])}})

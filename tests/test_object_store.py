@@ -29,7 +29,7 @@ from tokensweep.pipeline.execute import run_partition
 from tokensweep.pipeline.failures import read_error, write_error, clear_error
 from tokensweep.pipeline.lock import read_lock, store_lock
 from tokensweep.pipeline.plan import Plan
-from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.spec.load import parse_sweep
 from tokensweep.pipeline.store import DONE, prepare_store, read_status
 
 BUCKET = "tokensweep"

@@ -10,7 +10,7 @@ from scipy import stats
 from tokensweep.pipeline import theory
 from tokensweep.pipeline.analysis import antipodal
 from tokensweep.pipeline.analysis import stats as tstats
-from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.spec.load import parse_sweep
 
 
 def make_cube(counts, coords, model="stochastic_transformer", attention="sa", n_traj=40,

@@ -14,7 +14,7 @@ from tokensweep.pipeline import execute
 from tokensweep.pipeline.execute import pending_partitions, run_partition, simulate_partition
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.seeds import cell_key, trajectory_rngs
-from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.spec.load import parse_sweep
 from tokensweep.pipeline.testing import fault_injector
 from tokensweep.pipeline.store import DONE, FAILED, PENDING, prepare_store, read_status, write_outputs
 

@@ -46,7 +46,8 @@ from tokensweep.pipeline.models import ENTRY_POINT_GROUP, get_model, registry, s
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.plugin import Model, check_outputs
 from tokensweep.pipeline.seeds import trajectory_rngs
-from tokensweep.pipeline.spec import SweepBase, parse_sweep
+from tokensweep.pipeline.spec.load import parse_sweep
+from tokensweep.pipeline.spec.base import SweepBase
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -194,7 +195,7 @@ import numpy as np
 from tokensweep.kernels.vocabulary import OutputSpec
 from tokensweep.pipeline.plugin import Model
 from tokensweep.pipeline.report import antipodal
-from tokensweep.pipeline.spec import Grid, SweepBase
+from tokensweep.pipeline.spec.base import Grid, SweepBase
 
 
 class CoinSweep(SweepBase):

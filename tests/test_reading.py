@@ -15,7 +15,7 @@ from conftest import OUTPUT_VARS, TINY, reference_cube
 import tokensweep
 from tokensweep.pipeline.execute import run_partition, simulate_partition
 from tokensweep.pipeline.plan import Plan
-from tokensweep.pipeline.spec import load_sweep, parse_sweep
+from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
 from tokensweep.pipeline.store import FAILED, prepare_store, write_outputs, write_status
 
 DONE_PARTS = (0, 1, 2, 5, 7, 11)  # of TINY's 12: (beta, d) cells 0 and 1 partly, 2 and 3 sparsely

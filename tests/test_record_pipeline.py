@@ -1,4 +1,4 @@
-"""Observables over time through the pipeline (`record:`, pipeline/recording.py): specs that ask
+"""Observables over time through the pipeline (`record:`, pipeline/spec/recording.py): specs that ask
 for them, the cube's trailing dimensions and coordinates, what tokensweep.open returns, the store
 size estimate, and the refusals (exit 2, one line) of gram/states over a grid of n or d and over
 the store-size limit. Real stores written by the real kernels."""
@@ -18,7 +18,7 @@ import tokensweep
 from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.execute import run_partition, simulate_partition
 from tokensweep.pipeline.plan import Plan
-from tokensweep.pipeline.spec import estimated_store_bytes, parse_sweep
+from tokensweep.pipeline.spec.load import estimated_store_bytes, parse_sweep
 from tokensweep.pipeline.store import prepare_store
 
 RECORDED = {**TINY, "name": "recorded", "grid": {"beta": [0.5, 2.0], "d": 3, "n": 4},

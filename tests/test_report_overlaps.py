@@ -25,7 +25,7 @@ from tokensweep.pipeline.analysis.overlaps import log_gap_rate, sharp_table, tok
 from tokensweep.pipeline.execute import run_partition
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.report import write_report
-from tokensweep.pipeline.spec import parse_sweep, read_spec
+from tokensweep.pipeline.spec.load import parse_sweep, read_spec
 from tokensweep.pipeline.store import open_cube, prepare_store
 from tokensweep.pipeline.theory_sharp import sharp_overlaps
 

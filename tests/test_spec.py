@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tokensweep.flows.cli import app
 from tokensweep.pipeline.errors import SpecError
-from tokensweep.pipeline.spec import load_sweep, parse_sweep
+from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
 from tokensweep.pipeline.store import prepare_store
 
 SPECS = Path(__file__).parent / "specs"

@@ -21,7 +21,7 @@ from conftest import run_tokensweep
 
 from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.plan import Plan
-from tokensweep.pipeline.spec import check_store_size, estimated_store_bytes, parse_sweep, resolve_spec_path
+from tokensweep.pipeline.spec.load import check_store_size, estimated_store_bytes, parse_sweep, resolve_spec_path
 
 QUICKSTART = yaml.safe_load(resolve_spec_path("quickstart").read_text())
 ONE_LINE_FIELD_PROBLEM = re.compile(r"^(spec|[A-Za-z_][\w.]*): \S[^\n]*$")

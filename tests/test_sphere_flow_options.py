@@ -9,7 +9,7 @@ import yaml
 
 from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.models import get_model
-from tokensweep.pipeline.spec import load_sweep, parse_sweep
+from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
 
 BASE = {"name": "f", "model": "sphere_flow", "grid": {"beta": 1.0, "d": 3, "n": 4},
         "time": {"T": 1.0, "layers": 10}, "trajectories": 2}

@@ -25,8 +25,8 @@ from tokensweep.pipeline.execute import pending_partitions, run_partition, simul
 from tokensweep.pipeline.models import get_model
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.seeds import trajectory_rngs
-from tokensweep.pipeline.spec import load_sweep, parse_sweep
-from tokensweep.pipeline.starts import load_file, starts_of
+from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
+from tokensweep.pipeline.spec.starts import load_file, starts_of
 from tokensweep.pipeline.store import growth, prepare_store, stored_sweep
 from tokensweep.pipeline.theory import antipodal_probability, antipodal_probability_given_overlap
 

@@ -252,7 +252,7 @@ SPEC = {"name": "opts", "model": "stochastic_transformer", "grid": {"beta": [0.5
 ])
 def test_spec_refuses_options_that_do_not_fit_in_one_line(changes, field, text):
     from tokensweep.pipeline.errors import SpecError
-    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.spec.load import parse_sweep
 
     with pytest.raises(SpecError) as err:
         parse_sweep({**SPEC, **changes})
@@ -261,7 +261,7 @@ def test_spec_refuses_options_that_do_not_fit_in_one_line(changes, field, text):
 
 
 def test_non_gaussian_law_picks_the_literal_path_and_theory_applies_only_for_identity_qk():
-    from tokensweep.pipeline.spec import parse_sweep
+    from tokensweep.pipeline.spec.load import parse_sweep
 
     assert parse_sweep({**SPEC, "value_law": "rademacher"}).noise == "literal"
     assert parse_sweep(SPEC).noise == "gaussian"

@@ -5,7 +5,7 @@ instance of `pipeline.plugin.Model`) and from the entry-point group ``tokensweep
 installed package, whose entries name such an object (or its class). Nothing here names a model:
 the spec union, `tokensweep models`, the store, the executor and the report ask this registry.
 
->>> from tokensweep.pipeline.spec import load_sweep
+>>> from tokensweep.pipeline.spec.load import load_sweep
 >>> model = get_model(load_sweep("quickstart").model)
 >>> model.spec.__name__, model in registry().values()
 ('StochasticTransformerSweep', True)
@@ -42,7 +42,7 @@ def _as_model(obj, where: str) -> Model:
     if "model" not in fields or typing.get_args(fields["model"].annotation) != (model.name,):
         raise TypeError(f"{where}: its spec's `model` field must be Literal[{model.name!r}]")
     if "grid" not in fields:
-        raise TypeError(f"{where}: its spec declares no `grid` (a tokensweep.pipeline.spec.Grid subclass)")
+        raise TypeError(f"{where}: its spec declares no `grid` (a tokensweep.pipeline.spec.base.Grid subclass)")
     unknown = set(model.report_facts) - set(fields)
     if unknown:
         raise TypeError(f"{where}: report_facts {sorted(unknown)} are not fields of its spec")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spec import SweepBase
-from ..starts import drawn_by_kernel, starts_of
+from ..spec.base import SweepBase
+from ..spec.starts import drawn_by_kernel, starts_of
 
 CLOSED_FORM_ATTENTIONS = ("sa", "usa")  # the two-token and equiangular closed forms (Q = K = I)
 
@@ -36,5 +36,5 @@ def two_token_cells(cells: dict, fill: float = np.nan):
 
 def start_argument(sweep: SweepBase, coords: dict, rngs) -> dict:
     """{} where the kernel draws its uniform start itself, else {"x0": the partition's starts}
-    (`pipeline/starts.py`), drawn first from each trajectory's Generator."""
+    (`pipeline/spec/starts.py`), drawn first from each trajectory's Generator."""
     return {} if drawn_by_kernel(sweep.init) else {"x0": starts_of(sweep, coords, rngs)}

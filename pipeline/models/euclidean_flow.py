@@ -18,10 +18,10 @@ from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
 from ...kernels.vocabulary import OutputSpec
-from ..matrix_fields import Matrix, as_array, check_fixes_d, per_head_matrices, square_matrix
 from ..plugin import Model
-from ..spec import Grid, SweepBase, refuse
-from ..starts import Start, legacy_euclidean, starts_of
+from ..spec.base import Grid, refuse
+from ..spec.matrices import Matrix, as_array, check_fixes_d, per_head_matrices, square_matrix
+from ..spec.starts import Start, StartSweep, legacy_euclidean, starts_of
 from ._common import sphere_cell, time_arguments
 
 NAMED_V = ("identity", "minus_identity") + vocabulary.EUCLIDEAN_VALUE_ENSEMBLES
@@ -40,7 +40,7 @@ class EuclideanGrid(Grid):
         return values
 
 
-class EuclideanFlowSweep(SweepBase):
+class EuclideanFlowSweep(StartSweep):
     """Unnormalised attention flow in R^d [GLPR-E]: dx_i/dt = sum_h sum_j P^h_ij V_h x_j.
 
     V is "identity", "minus_identity", an ensemble drawn per trajectory and head ("ginibre",
@@ -50,10 +50,10 @@ class EuclideanFlowSweep(SweepBase):
     papers' first-order scheme on z = e^{-tV} x, stores written before the default changed say
     so) or "discrete" (the transformer [GLPR-E] (3) itself, step h; needs I + hV invertible).
     Tokens start in the box U[-5, 5]^d by default; `init` is the shared start field
-    (`pipeline/starts.py`), and the old `init: box | gaussian | uniform_sphere` with its scale `box`
+    (`pipeline/spec/starts.py`), and the old `init: box | gaussian | uniform_sphere` with its scale `box`
     is read as before (`starts.legacy_euclidean`).
 
-    >>> from tokensweep.pipeline.spec import parse_sweep
+    >>> from tokensweep.pipeline.spec.load import parse_sweep
     >>> s = parse_sweep({"name": "e", "model": "euclidean_flow", "grid": {"beta": 1, "d": 2, "n": 5},
     ...     "time": {"T": 1.0, "layers": 10}, "trajectories": 2, "V": [[1, 0], [0, -0.5]]})
     >>> s.V, str(s.init), s.integrator, s.heads

@@ -14,9 +14,9 @@ from pydantic import Field, field_validator
 
 from ...kernels import vocabulary
 from ..plugin import Model
-from ..recording import RecordingSweep, record_arguments
-from ..spec import Grid, nonnegative_axis
-from ..starts import Start, initial_overlap
+from ..spec.base import Grid, nonnegative_axis
+from ..spec.recording import RecordingSweep, record_arguments
+from ..spec.starts import Start, StartSweep, initial_overlap
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells
 
 
@@ -31,7 +31,7 @@ class HybridGrid(Grid):
         return nonnegative_axis(values, "sigma")
 
 
-class HybridSweep(RecordingSweep):
+class HybridSweep(RecordingSweep, StartSweep):
     """Hybrid noise model [F26, Prop. 1]: x_i <- N(x_i + h A_i + sigma sqrt(h) xi_k A_i)."""
 
     model: Literal["hybrid"]
@@ -41,7 +41,7 @@ class HybridSweep(RecordingSweep):
     stop_when_resolved: bool = False
     resolved_window: int = Field(default=2, ge=1)
     threads: int = Field(default=1, ge=1)
-    init: Start = Start()  # initial condition (pipeline/starts.py)
+    init: Start = Start()  # initial condition (pipeline/spec/starts.py)
 
     def canonical(self) -> dict:
         """As SweepBase's, without `threads`: it changes how a partition runs, not its numbers."""

@@ -19,11 +19,11 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
-from ..matrix_fields import Matrix, check_fixes_d, per_head_matrices
 from ..plugin import Model
-from ..recording import RecordingSweep, record_arguments
-from ..spec import Grid, nonnegative_axis, refuse
-from ..starts import Start, starts_of
+from ..spec.base import Grid, nonnegative_axis, refuse
+from ..spec.matrices import Matrix, check_fixes_d, per_head_matrices
+from ..spec.recording import RecordingSweep, record_arguments
+from ..spec.starts import Start, StartSweep, starts_of
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, time_arguments
 
 MATRIX_KEYS = ("Q", "K", "V")  # the kernel's `matrices` keys
@@ -41,12 +41,12 @@ class SphereFlowGrid(Grid):
         return nonnegative_axis(values, "sigma")
 
 
-class SphereFlowSweep(RecordingSweep):
+class SphereFlowSweep(RecordingSweep, StartSweep):
     """Deterministic attention flow on the sphere [GLPR-P, RST]: dx_i/dt = P_{x_i}(A_i(X)).
 
     Defaults are the kernel's (kernels/sphere_flow.py): SA, retraction Euler, one head,
     Q = K = V = I, uniform start, frac_close threshold delta = 1e-3. `init`: the shared start field
-    (`pipeline/starts.py`); the old names uniform_sphere, hemisphere (about e1), equiangular are
+    (`pipeline/spec/starts.py`); the old names uniform_sphere, hemisphere (about e1), equiangular are
     read as before and give the same numbers.
 
     `matrices` fixes Q, K and/or V explicitly (never drawn): each one d x d matrix (every head)
@@ -69,7 +69,7 @@ class SphereFlowSweep(RecordingSweep):
     can tell, so a partition whose worker lacks one fails with one line (`device: cuda needs
     PyTorch with a CUDA GPU on the worker: ...`, in `tokensweep status`).
 
-    >>> from tokensweep.pipeline.spec import parse_sweep
+    >>> from tokensweep.pipeline.spec.load import parse_sweep
     >>> s = parse_sweep({"name": "f", "model": "sphere_flow", "grid": {"beta": 1, "d": 8, "n": 4},
     ...     "time": {"T": 3.0, "layers": 30}, "trajectories": 2, "init": "equiangular"})
     >>> s.attention, s.integrator, s.init.kind, s.delta

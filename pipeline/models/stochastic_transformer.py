@@ -4,7 +4,7 @@ x_i <- N(x_i + sqrt(h) V_k A_i(X)), V_k a fresh Gaussian d x d matrix each layer
 tokens. Two tokens with Q = K = I have a closed-form P(antipodal) (a scale-function integral,
 `theory.antipodal_probability`), with a transition at beta_c(d) = arccosh(d - 2) / 2.
 
->>> from tokensweep.pipeline.spec import parse_sweep
+>>> from tokensweep.pipeline.spec.load import parse_sweep
 >>> s = parse_sweep({"name": "q", "model": "stochastic_transformer", "grid": {"beta": [1.0, 2.0],
 ...     "d": 4, "n": 2}, "time": {"T": 1.0, "layers": 10}, "trajectories": 2})
 >>> model.antipodal_probability(s, {"beta": np.array([1.0, 2.0]), "d": np.array([4, 4]),
@@ -20,11 +20,11 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
-from ..matrix_fields import Matrix, check_fixes_d, square_matrix
 from ..plugin import Model
-from ..recording import RecordingSweep, record_arguments
-from ..spec import MAX_LAYERS, Grid, _axis_values, refuse
-from ..starts import Start, initial_overlap
+from ..spec.base import MAX_LAYERS, Grid, axis_values, refuse
+from ..spec.matrices import Matrix, check_fixes_d, square_matrix
+from ..spec.recording import RecordingSweep, record_arguments
+from ..spec.starts import Start, StartSweep, initial_overlap
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells
 
 VALUE_LAWS = ("gaussian", "rademacher", "uniform")  # = kernels.stochastic.VALUE_LAWS (no numba here)
@@ -46,7 +46,7 @@ class StochasticGrid(Grid):
         return values
 
 
-class StochasticTransformerSweep(RecordingSweep):
+class StochasticTransformerSweep(RecordingSweep, StartSweep):
     """Deep stochastic transformer [F26]: x_i <- N(x_i + sqrt(h) V_k A_i(X)).
 
     Generalised ([F26] Thm 1's assumptions; docs/models.md 4.4): `value_law` (entries' law; a
@@ -70,7 +70,7 @@ class StochasticTransformerSweep(RecordingSweep):
     stop_when_resolved: bool = False
     resolved_window: int = Field(default=2, ge=1)
     threads: int = Field(default=1, ge=1)  # a partition's trajectories on this many threads
-    init: Start = Start()  # initial condition (pipeline/starts.py)
+    init: Start = Start()  # initial condition (pipeline/spec/starts.py)
 
     @model_validator(mode="before")
     @classmethod
@@ -84,7 +84,7 @@ class StochasticTransformerSweep(RecordingSweep):
         if isinstance(grid, dict) and isinstance(time, dict) and "layers" not in time \
                 and grid.get("layers") is not None:
             try:
-                largest = max(int(v) for v in _axis_values(grid["layers"], "layers"))
+                largest = max(int(v) for v in axis_values(grid["layers"], "layers"))
             except (TypeError, ValueError):
                 return data  # reported by the grid's own validation
             data = {**data, "time": {**time, "layers": largest}}

@@ -17,7 +17,7 @@ import xarray as xr
 import yaml
 
 from ..provenance import code_version
-from ..spec import SPEC_ATTR
+from ..spec.base import SPEC_ATTR
 
 __all__ = ["provenance", "last_written"]
 

@@ -13,7 +13,7 @@ gram and states are sized by n and d, so they need one n and one d per spec (a c
 shape per variable); everything else works over any grid. No numba here: specs and stores are
 shaped from the declarations alone.
 
->>> from tokensweep.pipeline.spec import parse_sweep
+>>> from tokensweep.pipeline.spec.load import parse_sweep
 >>> s = parse_sweep({"name": "r", "model": "hybrid", "grid": {"beta": 1, "d": 3, "n": 4,
 ...     "sigma": 0.5}, "time": {"T": 1.0, "layers": 10}, "trajectories": 2,
 ...     "record": ["overlap_hist", "gram"], "record_bins": 4})
@@ -30,8 +30,8 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from ..kernels.vocabulary import DEFAULT_RECORD_BINS, OBSERVABLES, PER_CELL_SHAPED, RECORD_NAMES
-from .spec import SweepBase, refuse
+from ...kernels.vocabulary import DEFAULT_RECORD_BINS, OBSERVABLES, PER_CELL_SHAPED, RECORD_NAMES
+from .base import SweepBase, refuse
 
 MAX_RECORD_BINS = 100_000
 

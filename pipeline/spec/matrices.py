@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from .spec import refuse
+from .base import refuse
 
 Matrix = tuple[tuple[float, ...], ...]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import PurePosixPath
 
-from .errors import ScaleError
+from ..errors import ScaleError
 
 SCALES = ("small", "paper")  # small: the spec as written (a minute or two on 2 cores); paper: the paper's sizes
 RESULTS_ENV = "TOKENSWEEP_RESULTS"  # the folder of default stores (default: results/ in the working directory)

@@ -1,5 +1,5 @@
-"""Initial conditions: the spec field `init` every model shares, its checks against the grid, and
-the starts of one partition's trajectories.
+"""Initial conditions: the spec field `init` every model shares (`StartSweep`), its checks against
+the grid, and the starts of one partition's trajectories.
 
 A spec writes `init` as a kind name or a mapping with `kind` and that kind's parameters:
 
@@ -47,7 +47,7 @@ from typing import Literal, Optional, Union
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from .spec import _short, _Strict, refuse
+from .base import Strict, SweepBase, refuse, short
 
 KINDS = ("uniform", "hemisphere", "overlap", "equiangular", "box", "gaussian", "file")
 SPELLINGS = {"uniform_sphere": "uniform"}  # older names of a kind
@@ -63,7 +63,7 @@ PARAMETERS = {  # the parameters each kind takes, with their defaults (None: req
 R_D_ONLY = "the sphere models put every token on the unit sphere"
 
 
-class Start(_Strict):
+class Start(Strict):
     """One initial condition (module docstring); absent parameters of its kind get their defaults."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -84,11 +84,11 @@ class Start(_Strict):
         if isinstance(data, str):
             data = {"kind": data}
         if not isinstance(data, dict):
-            raise ValueError(f"got {_short(data)}: write a kind ({', '.join(KINDS)}) or a mapping "
+            raise ValueError(f"got {short(data)}: write a kind ({', '.join(KINDS)}) or a mapping "
                              "{kind: ..., parameters}")
         kind = SPELLINGS.get(data.get("kind", "uniform"), data.get("kind", "uniform"))
         if kind not in KINDS:
-            raise ValueError(f"unknown kind {_short(kind)}: choose one of {', '.join(KINDS)}")
+            raise ValueError(f"unknown kind {short(kind)}: choose one of {', '.join(KINDS)}")
         return {**data, "kind": kind}
 
     @field_validator("v")
@@ -144,7 +144,7 @@ def legacy_euclidean(data):
     scale = data.pop("box", None)
     if scale is not None and not (isinstance(scale, (int, float)) and not isinstance(scale, bool)
                                   and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"box: Input should be greater than 0 and finite, got {_short(scale)}: "
+        raise ValueError(f"box: Input should be greater than 0 and finite, got {short(scale)}: "
                          "give the half width of the start box")
     init = data.get("init", "box")
     old = {"box": "half_width", "gaussian": "std", "uniform_sphere": "radius"}
@@ -153,7 +153,7 @@ def legacy_euclidean(data):
         data["init"] = {"kind": kind, old[init]: 5.0 if scale is None else scale}
     elif scale is not None:
         raise ValueError(f"box: is the scale of the old spellings init: box | gaussian | uniform_sphere: "
-                         f"write init: {{kind: box, half_width: {_short(scale)}}} instead")
+                         f"write init: {{kind: box, half_width: {short(scale)}}} instead")
     return data
 
 
@@ -162,7 +162,7 @@ def file_digest(path: Path) -> str:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError as err:
-        raise refuse("init.path", f"{path} cannot be read ({err.strerror}): give an existing .npy file")
+        raise refuse("init.path", f"{path} cannot be read ({err.strerror}): give an existing .npy file") from None
 
 
 def load_file(start: Start) -> np.ndarray:
@@ -180,8 +180,8 @@ def _read_array(path: Path) -> np.ndarray:
     try:
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as err:
-        raise refuse("init.path", f"{path} is not a readable .npy array ({_short(str(err))}): save "
-                     "one with numpy.save")
+        raise refuse("init.path", f"{path} is not a readable .npy array ({short(str(err))}): save "
+                     "one with numpy.save") from None
     if array.dtype.kind not in "iuf" or array.ndim not in (2, 3):
         raise refuse("init.path", f"{path} holds a {array.ndim}-d {array.dtype} array: save an "
                      "(n, d) or (trajectories, n, d) array of numbers")
@@ -191,7 +191,7 @@ def _read_array(path: Path) -> np.ndarray:
     return array
 
 
-# -- cross-field checks: the start against the grid (called from SweepBase) --------------------
+# -- cross-field checks: the start against the grid (called from StartSweep) -------------------
 
 def check_start(sweep) -> None:
     """Refuse a start that does not fit the grid, naming the field and the fix."""
@@ -248,6 +248,19 @@ def _check_file(sweep, start: Start, on_sphere: bool) -> None:
                      "sphere: save non-zero rows")
 
 
+class StartSweep(SweepBase):
+    """A sweep whose trajectories start from the shared field `init` (module docstring), checked
+    against the grid once the whole spec is known (`check_start`). A model's spec class derives from
+    it and may give `init` another default (the flow in R^d starts in a box)."""
+
+    init: Start = Start()
+
+    @model_validator(mode="after")
+    def _start_fits_grid(self):
+        check_start(self)
+        return self
+
+
 # -- the starts of one partition -----------------------------------------------------------------
 
 def drawn_by_kernel(start: Start) -> bool:
@@ -259,7 +272,7 @@ def starts_of(sweep, coords: dict, rngs: list) -> np.ndarray:
     """(len(rngs), n, d) starts of one partition, each the first draw of its trajectory's Generator
     (nothing is drawn for a file start; row r of a 3-d file goes to trajectory r, its tokens
     normalised on the sphere models)."""
-    from ..kernels.starts import draw_starts
+    from ...kernels.starts import draw_starts
 
     start, n, d = sweep.init, int(coords["n"]), int(coords["d"])
     if start.kind == "file":
