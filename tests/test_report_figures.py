@@ -1,5 +1,5 @@
-"""The numbers each report figure draws, read back from its matplotlib axes, against the same
-numbers computed here with numpy from the raw arrays of a real cube.
+"""The numbers each report figure draws, read back from its matplotlib axes, and the numbers its
+tables print, against the same numbers computed here with numpy from the raw arrays of a real cube.
 
 The cube is a small real sweep (real kernels, real zarr store) of the stochastic transformer with
 n = 2 and n = 3 tokens and its last partition left undone: a figure that divides by the wrong
@@ -24,12 +24,19 @@ from tokensweep.pipeline.analysis.clustering import cluster_count_mean
 from tokensweep.pipeline.analysis.stats import grid_dims
 from tokensweep.pipeline.execute import run_partition
 from tokensweep.pipeline.plan import Plan
-from tokensweep.pipeline.report.antipodal import plot_antipodal_vs_beta, plot_any_antipodal, plot_heatmap
+from tokensweep.pipeline.plugin import ReportInput
+from tokensweep.pipeline.report.antipodal import (
+    any_pair_section,
+    plot_antipodal_vs_beta,
+    plot_any_antipodal,
+    plot_heatmap,
+)
 from tokensweep.pipeline.report.class_counts import class_fractions, plot_class_fractions
-from tokensweep.pipeline.report.clustering import plot_cluster_counts
+from tokensweep.pipeline.report.clustering import cluster_count_section, plot_cluster_counts
 from tokensweep.pipeline.report.observables import counted_mean, plot_overlap_hist, plot_scalars
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store import open_cube, prepare_store
+from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.store.cube import open_cube
 
 SPEC = {**TINY, "name": "figures", "grid": {"beta": [0.5, 2.0], "d": [3, 4], "n": [2, 3]},
         "time": {"T": 8.0, "layers": 400, "checkpoints": 4}, "trajectories": 40, "partition_traj": 20,
@@ -221,3 +228,46 @@ def test_heatmap_png_draws_p_antipodal_over_beta_and_sigma():
             np.testing.assert_allclose(np.asarray(drawn).reshape(3, 4), p[i, 0], rtol=0, atol=1e-12)
     finally:
         plt.close(fig)
+
+
+def table_rows(lines: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the first markdown table of a section's lines."""
+    table = [[c.strip() for c in row.strip().strip("|").split("|")]
+             for text in lines for row in text.splitlines() if row.startswith("| ")]
+    return table[0], table[1:]
+
+
+def test_cluster_count_table_prints_the_mean_cluster_count(cube, tmp_path):
+    nc = cube["n_clusters"].transpose(*grid_dims(cube), "t", "traj")
+    keep = counted(cube, nc)
+    mean = np.where(keep, nc.values, 0).sum(-1) / keep.sum(-1)
+    part = cluster_count_section(ReportInput(cube, parse_sweep(SPEC), tmp_path, 0.95))
+    head, rows = table_rows(part.lines)
+    dims = grid_dims(cube)
+    assert head == dims + [f"t = {t:g}" for t in cube["t"].values]
+    assert len(rows) == 8
+    for row in rows:
+        index = tuple(int(np.flatnonzero(cube[d].values == float(v))[0]) for d, v in zip(dims, row))
+        assert [float(v) for v in row[len(dims):]] == pytest.approx(mean[index], abs=5.1e-3)  # 2 decimals
+
+
+def test_any_pair_table_prints_p_any_its_interval_and_persistence(cube, tmp_path):
+    om = cube["overlap_min"].transpose("d", "n", "beta", "t", "traj")
+    keep = counted(cube, om)
+    hit = (om.values <= -1 + parse_sweep(SPEC).eps) & keep
+    N = keep[..., 0, :].sum(-1)
+    part = any_pair_section(ReportInput(cube, parse_sweep(SPEC), tmp_path, 0.95))
+    head, rows = table_rows(part.lines)
+    assert head[:4] == ["d", "n", "beta", "N"] and len(rows) == 8
+    for row in rows:
+        i, j, b = (int(np.flatnonzero(cube[d].values == float(v))[0]) for d, v in zip(("d", "n", "beta"), row))
+        k_last, k_first = hit[i, j, b, -1].sum(), hit[i, j, b, 0].sum()
+        persist_first = hit[i, j, b].all(axis=0).sum()  # present at t0 and every later checkpoint
+        ci = stats.binomtest(int(k_last), int(N[i, j, b])).proportion_ci(0.95, "wilson")
+        assert int(row[3]) == N[i, j, b]
+        assert float(row[4]) == pytest.approx(k_last / N[i, j, b], abs=5e-5)
+        lo, hi = (float(x) for x in row[5].strip("[]").split(","))
+        assert (lo, hi) == pytest.approx((ci.low, ci.high), abs=5e-5)
+        assert float(row[6]) == pytest.approx(k_first / N[i, j, b], abs=5e-5)
+        assert float(row[7]) == pytest.approx(persist_first / N[i, j, b], abs=5e-5)
+        assert float(row[8]) == pytest.approx(k_last / N[i, j, b], abs=5e-5)  # from the last: present at it
