@@ -20,7 +20,7 @@ from matplotlib.container import ErrorbarContainer
 from scipy import stats
 
 from tokensweep.pipeline.analysis.antipodal import antipodal_table, any_antipodal_table
-from tokensweep.pipeline.analysis.clustering import cluster_count_mean
+from tokensweep.pipeline.analysis.clustering import cluster_count_mean, frac_close_mean
 from tokensweep.pipeline.analysis.stats import grid_dims
 from tokensweep.pipeline.execute import run_partition
 from tokensweep.pipeline.plan import Plan
@@ -32,11 +32,12 @@ from tokensweep.pipeline.report.antipodal import (
     plot_heatmap,
 )
 from tokensweep.pipeline.report.class_counts import class_fractions, plot_class_fractions
-from tokensweep.pipeline.report.clustering import cluster_count_section, plot_cluster_counts
+from tokensweep.pipeline.report.clustering import cluster_count_section, plot_cluster_counts, plot_frac_close_heatmap
+from tokensweep.pipeline.report.horizon import horizon_table, plot_horizon
 from tokensweep.pipeline.report.observables import counted_mean, plot_overlap_hist, plot_scalars
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.store.cube import open_cube
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 SPEC = {**TINY, "name": "figures", "grid": {"beta": [0.5, 2.0], "d": [3, 4], "n": [2, 3]},
         "time": {"T": 8.0, "layers": 400, "checkpoints": 4}, "trajectories": 40, "partition_traj": 20,
@@ -271,3 +272,56 @@ def test_any_pair_table_prints_p_any_its_interval_and_persistence(cube, tmp_path
         assert float(row[6]) == pytest.approx(k_first / N[i, j, b], abs=5e-5)
         assert float(row[7]) == pytest.approx(persist_first / N[i, j, b], abs=5e-5)
         assert float(row[8]) == pytest.approx(k_last / N[i, j, b], abs=5e-5)  # from the last: present at it
+
+
+def test_horizon_png_draws_p_antipodal_and_the_unresolved_fraction_at_every_checkpoint(cube):
+    cc = cube["cluster_class"].transpose("d", "n", "beta", "t", "traj")
+    keep = counted(cube, cc) & np.isin(cc.values, (0, 1, 2))
+    N = keep.sum(-1)
+    p, unresolved = ((cc.values == 2) & keep).sum(-1) / N, ((cc.values == 0) & keep).sum(-1) / N
+    fig = plot_horizon(horizon_table(cube, 0.95), cube.attrs, None)
+    try:
+        panels = visible_axes(fig)
+        assert len(panels) == 4
+        for ax in panels:
+            cell = panel_cell(ax, cube.coords)
+            i = int(np.flatnonzero(cube["d"].values == cell["d"])[0])
+            j = int(np.flatnonzero(cube["n"].values == cell["n"])[0])
+            bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+            assert [c.get_label() for c in bars] == [f"β = {b:g}" for b in cube["beta"].values]
+            squares = [line for line in ax.get_lines() if line.get_marker() == "s"]
+            for b, (bar, square) in enumerate(zip(bars, squares, strict=True)):
+                np.testing.assert_allclose(bar.lines[0].get_xdata(), cube["t"].values)
+                np.testing.assert_allclose(bar.lines[0].get_ydata(), p[i, j, b], rtol=0, atol=1e-12)
+                np.testing.assert_allclose(square.get_ydata(), unresolved[i, j, b], rtol=0, atol=1e-12)
+    finally:
+        plt.close(fig)
+
+
+SPHERE = {"name": "sphere", "model": "sphere_flow", "attention": "sa", "integrator": "euler",
+          "init": "uniform_sphere", "delta": 1e-3, "grid": {"beta": [1.0, 4.0, 9.0], "d": [2, 3], "n": 8},
+          "time": {"T": 10.0, "layers": 100, "checkpoints": 5}, "trajectories": 6, "partition_traj": 3,
+          "seed": 5}
+
+
+def test_frac_close_png_draws_the_mean_fraction_of_close_pairs(tmp_path):
+    sweep = parse_sweep(SPHERE)
+    store = tmp_path / "sphere.zarr"
+    prepare_store(sweep, store)
+    for index in range(len(Plan(sweep))):
+        run_partition(sweep, store, index)
+    with open_cube(store) as ds:
+        ds = ds.load()
+    fc = ds["frac_close"].transpose("d", "n", "t", "beta", "traj")
+    keep = ~ds["nonfinite"].astype(bool).broadcast_like(fc).transpose(*fc.dims).values
+    mean = np.where(keep, fc.values, 0).sum(-1) / keep.sum(-1)  # (d, n, t, beta)
+    assert 0 < mean.max() and mean.min() < 1
+    fig = plot_frac_close_heatmap(frac_close_mean(ds), ds.attrs, None, None)
+    try:
+        panels = visible_axes(fig)
+        assert [ax.get_title() for ax in panels] == ["d = 2, n = 8", "d = 3, n = 8"]
+        for i, ax in enumerate(panels):
+            drawn = np.asarray(ax.collections[0].get_array()).reshape(ds.sizes["t"], ds.sizes["beta"])
+            np.testing.assert_allclose(drawn, mean[i, 0], rtol=1e-6)
+    finally:
+        plt.close(fig)
