@@ -11,6 +11,8 @@ Every `plot_*` of the report returns its figure, titled and open, when given no 
 
 from __future__ import annotations
 
+import json
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
@@ -33,6 +35,7 @@ from tokensweep.pipeline.report.antipodal import (
 )
 from tokensweep.pipeline.report.class_counts import class_fractions, plot_class_fractions
 from tokensweep.pipeline.report.clustering import cluster_count_section, plot_cluster_counts, plot_frac_close_heatmap
+from tokensweep.pipeline.report.dominant import COLOURS, OUTCOMES, dominant_section, dominant_table, plot_dominant
 from tokensweep.pipeline.report.horizon import horizon_table, plot_horizon
 from tokensweep.pipeline.report.observables import counted_mean, plot_overlap_hist, plot_scalars
 from tokensweep.pipeline.spec.load import parse_sweep
@@ -325,3 +328,32 @@ def test_frac_close_png_draws_the_mean_fraction_of_close_pairs(tmp_path):
             np.testing.assert_allclose(drawn, mean[i, 0], rtol=1e-6)
     finally:
         plt.close(fig)
+
+
+def test_dominant_png_and_table_show_the_largest_class_and_its_fraction(tmp_path):
+    from test_report import synthetic_cube
+
+    ds = synthetic_cube("hybrid", "usa", sigma=[0.3, 0.9, 1.5], n_traj=60)
+    cc = ds["cluster_class"].isel(t=-1).transpose("d", "n", "sigma", "beta", "traj").values
+    fractions = np.stack([(cc == k).mean(-1) for k in (0, 1, 2)], axis=-1)  # as OUTCOMES
+    dominant = fractions.argmax(-1)
+    strength = fractions.max(-1)
+    base = np.array([COLOURS[name] for name in OUTCOMES])
+    colour = 1 - strength[..., None] * (1 - base[dominant])  # (d, n, sigma, beta, rgb)
+    fig = plot_dominant(dominant_table(ds), ds.attrs, None, None)
+    try:
+        panels = visible_axes(fig)
+        assert [ax.get_title() for ax in panels] == ["d = 3, n = 2", "d = 4, n = 2", "d = 8, n = 2"]
+        for i, ax in enumerate(panels):
+            np.testing.assert_allclose(ax.images[0].get_array(), colour[i, 0], rtol=0, atol=1e-12)
+    finally:
+        plt.close(fig)
+    part = dominant_section(ReportInput(ds, parse_sweep(json.loads(ds.attrs["tokensweep_spec"])), tmp_path))
+    head, rows = table_rows(part.lines)
+    assert head[:8] == ["beta", "d", "n", "sigma", "N", "unresolved", "single", "antipodal"]
+    assert len(rows) == 4 * 3 * 3
+    for row in rows:
+        b, i, s = (int(np.flatnonzero(ds[d].values == float(row[k]))[0]) for d, k in (("beta", 0), ("d", 1), ("sigma", 3)))
+        assert int(row[4]) == 60
+        assert [float(v) for v in row[5:8]] == pytest.approx(fractions[i, 0, s, b], abs=5e-4)
+        assert row[8] == OUTCOMES[dominant[i, 0, s, b]]
