@@ -39,7 +39,7 @@ _ERRORS = {"SpecError": "tokensweep.pipeline.errors", "StoreError": "tokensweep.
 def __getattr__(name: str):
     """The exception classes and ``__version__`` (as built), imported on first use (PEP 562)."""
     if name == "__version__":
-        return _import_module("tokensweep.pipeline.provenance").installed_version()
+        return _import_module("tokensweep.pipeline.store.provenance").installed_version()
     if name in _ERRORS:
         return getattr(_import_module(_ERRORS[name]), name)
     raise AttributeError(f"module 'tokensweep' has no attribute {name!r}")
@@ -83,7 +83,7 @@ def load_spec(spec, scale=None, **overrides):
 def open(store_or_name, scale=None):  # noqa: A001 (the API's name, as xarray's open_dataset)
     """The cube of a store (path), or of a spec's default store (catalog name, YAML file, spec;
     at `scale`): lazy, outputs NaN outside done partitions, attrs["pending"], squeezed, CF-labelled."""
-    from .pipeline.reading import open_sweep
+    from .pipeline.store.reading import open_sweep
 
     return open_sweep(store_or_name, scale)
 

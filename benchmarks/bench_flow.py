@@ -158,7 +158,7 @@ def status_of(store: Path, partitions: int, batched: bool) -> float:
     import zarr
 
     from tokensweep.pipeline.spec.load import parse_sweep
-    from tokensweep.pipeline.store import prepare_store
+    from tokensweep.pipeline.store.lifecycle import prepare_store
 
     sweep = parse_sweep(status_spec(partitions), store=str(store))
     with contextlib.nullcontext() if batched else unbatched():
@@ -196,7 +196,7 @@ def large_sweep(store: Path, spec: dict, what: str) -> float:
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.report import write_report
     from tokensweep.pipeline.spec.load import parse_sweep
-    from tokensweep.pipeline.store import open_cube, store_batch_shape
+    from tokensweep.pipeline.store.cube import open_cube, store_batch_shape
 
     wall, summary = sweep_on(spec, store, workers=2, report=False)
     kernel = kernel_seconds(store)
@@ -234,7 +234,8 @@ def _planner_child(folder: Path) -> None:
     from tokensweep.pipeline.execute import pending_partitions
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.spec.load import parse_sweep
-    from tokensweep.pipeline.store import prepare_store, store_batch_shape
+    from tokensweep.pipeline.store.lifecycle import prepare_store
+    from tokensweep.pipeline.store.cube import store_batch_shape
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     tracemalloc.start()

@@ -27,7 +27,7 @@ from tokensweep.kernels.vocabulary import RECORD_NAMES  # noqa: E402
 from tokensweep.pipeline.execute import run_partition, simulate_partition  # noqa: E402
 from tokensweep.pipeline.plan import Plan  # noqa: E402
 from tokensweep.pipeline.spec.load import format_bytes, parse_sweep  # noqa: E402
-from tokensweep.pipeline.store import prepare_store  # noqa: E402
+from tokensweep.pipeline.store.lifecycle import prepare_store  # noqa: E402
 
 SPECS = {
     "stochastic_transformer": {"grid": {"beta": 1.0, "d": 16, "n": 8}},

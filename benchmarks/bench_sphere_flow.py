@@ -264,7 +264,7 @@ class Methods:
 
         from tokensweep.pipeline.execute import run_partition
         from tokensweep.pipeline.spec.load import parse_sweep
-        from tokensweep.pipeline.store import create_store
+        from tokensweep.pipeline.store.cube import create_store
 
         sweep = parse_sweep({"name": "span", "model": "sphere_flow", "attention": "sa",
                              "grid": {"beta": [BETA], "d": [self.d], "n": self.n},

@@ -163,8 +163,8 @@ def parts() -> None:
     store = FOLDER / "tiny.zarr"
     if store.is_dir():
         took = in_fresh_process(PARTS_CODE.format(body=(
-            "from tokensweep.pipeline.location import report_dir\nfrom tokensweep.pipeline.report import "
-            f"write_report\nfrom tokensweep.pipeline.store import open_cube\nt0 = time.perf_counter()\n"
+            "from tokensweep.pipeline.store.location import report_dir\nfrom tokensweep.pipeline.report import "
+            f"write_report\nfrom tokensweep.pipeline.store.cube import open_cube\nt0 = time.perf_counter()\n"
             f"ds = open_cube({str(store)!r})\nwrite_report(ds, report_dir({str(store)!r}))\n"
             "took = {'s': time.perf_counter() - t0}")))
         print(f"parts: report of the tiny cube (imports included): {took['s']:.2f} s")
@@ -249,7 +249,7 @@ def partition() -> None:
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.seeds import trajectory_rngs
     from tokensweep.pipeline.spec.load import parse_sweep
-    from tokensweep.pipeline.store import create_store
+    from tokensweep.pipeline.store.cube import create_store
 
     sweep = parse_sweep({**PARTITION, "store": str(FOLDER / "partition.zarr")})
     plan, model = Plan(sweep), get_model(sweep.model)
@@ -281,7 +281,8 @@ def batch() -> None:
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.seeds import trajectory_rngs
     from tokensweep.pipeline.spec.load import parse_sweep
-    from tokensweep.pipeline.store import prepare_store, store_batch_shape
+    from tokensweep.pipeline.store.lifecycle import prepare_store
+    from tokensweep.pipeline.store.cube import store_batch_shape
 
     spec = {"model": "stochastic_transformer", "attention": "sa", "seed": 7, "name": "large",
             "grid": {"beta": {"start": 0.0, "stop": 3.0, "num": 500}, "d": list(range(2, 202)),

@@ -22,7 +22,7 @@ from tokensweep.pipeline.analysis.antipodal import antipodal_table
 from tokensweep.pipeline.analysis.step_bias import zero_step_table
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store import prepare_store
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 
 def main():

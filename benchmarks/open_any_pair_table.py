@@ -17,7 +17,7 @@ from pathlib import Path
 from tokensweep.pipeline.analysis.antipodal import any_antipodal_table
 from tokensweep.pipeline.boundary import boundary_folder, cell_tag
 from tokensweep.pipeline.spec.load import load_sweep
-from tokensweep.pipeline.store import open_cube
+from tokensweep.pipeline.store.cube import open_cube
 
 
 def main(spec: str, onset: str) -> None:

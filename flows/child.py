@@ -114,7 +114,8 @@ class _ProgressDisplay:
             self.tty = sys.stderr.isatty()
 
     def done(self) -> int | None:
-        from ..pipeline.store import DONE, read_status
+        from ..pipeline.store.cube import read_status
+        from ..pipeline.store.layout import DONE
 
         try:
             status = read_status(self.store)

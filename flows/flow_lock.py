@@ -1,6 +1,6 @@
 """The store's lock as the Prefect flow sees it: which flow run holds it, and its end if it died.
 
-The sweep flow takes the store's lock (`pipeline.lock.store_lock`) recording its own flow-run id
+The sweep flow takes the store's lock (`pipeline.store.lock.store_lock`) recording its own flow-run id
 and the API it reports to. A flow process killed outright (SIGKILL, out of memory, node lost)
 never tells Prefect, so its run would stay Running in the UI forever. Whoever finds its lock
 stale, the next `tokensweep run`/`rerun`, a flow run of the deployment, or `tokensweep
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..pipeline.errors import StoreError
-from ..pipeline.lock import is_stale, read_lock, store_lock
+from ..pipeline.store.lock import is_stale, read_lock, store_lock
 
 UNFINISHED = ("RUNNING", "PENDING")
 

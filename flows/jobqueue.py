@@ -23,7 +23,7 @@ import threading
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 
-from ..pipeline import location
+from ..pipeline.store import location
 
 KINDS = {  # --cluster NAME: dask_jobqueue's class, submit command, walltime format
     "slurm": ("SLURMCluster", "sbatch",

@@ -130,7 +130,8 @@ def partitions_to_run(spec: dict, store: str) -> int:
     from ..pipeline.errors import StoreError
     from ..pipeline.plan import Plan
     from ..pipeline.spec.load import parse_sweep
-    from ..pipeline.store import DONE, read_status
+    from ..pipeline.store.cube import read_status
+    from ..pipeline.store.layout import DONE
 
     planned = len(Plan(parse_sweep(spec)))
     try:

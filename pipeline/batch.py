@@ -1,7 +1,7 @@
 """Running a batch: several partitions in one task, written as whole chunks, done per partition.
 
 A batched store (`plan.default_batch_shape`, beyond a few thousand partitions) keeps every
-variable in chunks of one batch each (`store.variable_layout`). ``run_batch`` is the only writer
+variable in chunks of one batch each (`store.layout.variable_layout`). ``run_batch`` is the only writer
 of its batch's chunks. It reads the batch's current values once (done partitions keep theirs),
 marks the partitions it will run as started (one write), computes them one after another into
 memory and flushes, every ``FLUSH_SECONDS`` and at the end: outputs -> started/finished -> status,
@@ -31,16 +31,16 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-import zarr
 
-from . import location
 from .execute import PartitionResult, describe_failure, run_partition, simulate_partition
-from .failures import recorded_errors
 from .models import get_model
 from .plan import Plan
 from .spec.base import SweepBase
 from .spec.recording import declared_outputs
-from .store import DONE, FAILED, clear_error, store_batch_shape, write_error
+from .store.chunks import Region, StoreArrays
+from .store.cube import store_batch_shape
+from .store.failures import clear_error, recorded_errors, write_error
+from .store.layout import DONE, FAILED
 from .testing import fault_injector
 
 FLUSH_SECONDS = 30.0  # the most work a killed batch loses (besides the partition it was on)
@@ -67,11 +67,11 @@ def run_batches(sweep: SweepBase, store: str | Path, batches, failed_only: bool 
     shape = store_batch_shape(store)
     if math.prod(shape) == 1:  # one chunk per partition: the layout of every small store
         return [run_partition(sweep, store, int(batch)) for batch in batches]
-    opened = _OpenStore(sweep, str(store))
+    opened = OpenStore(sweep, str(store))
     results, failures = [], []
     for batch in batches:
         try:
-            results += _BatchWriter(opened, int(batch), shape).run(failed_only, flush_seconds)
+            results += BatchWriter(opened, int(batch), shape).run(failed_only, flush_seconds)
         except BatchError as err:
             failures.append(str(err))
     if failures:
@@ -79,69 +79,35 @@ def run_batches(sweep: SweepBase, store: str | Path, batches, failed_only: bool 
     return results
 
 
-class _OpenStore:
+class OpenStore:
     """What every batch of a task reads once: the plan, the declared outputs, the zarr arrays
     (an opening costs milliseconds, a trivial batch's whole kernel time is ~0.1 s) and the
     records of earlier failures."""
 
     def __init__(self, sweep: SweepBase, store: str):
         self.sweep, self.store, self.plan = sweep, store, Plan(sweep)
-        group = zarr.open_group(location.zarr_store(store), mode="r+",
-                                use_consolidated=location.consolidated(store))
+        self.arrays = StoreArrays(store)
         self.declared = declared_outputs(get_model(sweep.model), sweep)
-        self.arrays = {name: group[name] for name in (*self.declared, "started", "finished", "status")}
         self.recorded = recorded_errors(store)  # records of earlier failures, to clear
 
 
-class _BatchWriter:
-    """The in-memory copy of one batch's region of every variable, flushed whole."""
+class BatchWriter:
+    """The in-memory copy of one batch's region of every variable, flushed whole through the
+    store's one chunk writer (`store.chunks.Region`)."""
 
-    def __init__(self, opened: _OpenStore, batch: int, shape: tuple[int, ...]):
+    def __init__(self, opened: OpenStore, batch: int, shape: tuple[int, ...]):
         self.sweep, self.plan, self.store = opened.sweep, opened.plan, opened.store
-        self.region = self.plan.batch_region(batch, shape)  # over (grid axes..., block)
+        self.chunks = Region(self.plan, opened.arrays, self.plan.batch_region(batch, shape))
+        self.region = self.chunks.region  # over (grid axes..., block)
         self.partitions = self.plan.batch_partitions(batch, shape)
-        self.declared, self.arrays, self.recorded = opened.declared, opened.arrays, opened.recorded
+        self.declared, self.recorded = opened.declared, opened.recorded
         self.outputs = list(self.declared)
-        self.selection = {name: self._selection(array.metadata.dimension_names)
-                          for name, array in self.arrays.items()}
-        self.values = {"status": self._read("status")}
-
-    def _selection(self, dims) -> tuple[slice, ...]:
-        """The batch's region of a variable over `dims` (raw zarr indexing, no decoding)."""
-        axes = list(self.plan.axes)
-        blocks = self.region[-1]
-        pt, ntraj = self.sweep.partition_traj, self.sweep.trajectories
-        out = []
-        for dim in dims:
-            if dim in axes:
-                out.append(self.region[axes.index(dim)])
-            elif dim == "block":
-                out.append(blocks)
-            elif dim == "traj":
-                out.append(slice(blocks.start * pt, min(blocks.stop * pt, ntraj)))
-            else:
-                out.append(slice(None))
-        return tuple(out)
-
-    def _read(self, name: str) -> np.ndarray:
-        return np.asarray(self.arrays[name][self.selection[name]])
-
-    def _blank(self, name: str) -> np.ndarray:
-        """The batch's region of a variable as an unwritten chunk reads: all fill value."""
-        array = self.arrays[name]
-        shape = tuple(len(range(*where.indices(n)))
-                      for where, n in zip(self.selection[name], array.shape))
-        return np.full(shape, array.fill_value, dtype=array.dtype)
-
-    def _locals(self, indices: np.ndarray) -> np.ndarray:
-        """Partitions' positions in the batch's (grid axes..., block) region, one row each."""
-        where = np.unravel_index(indices, self.plan.index_shape)
-        return np.stack([w - r.start for w, r in zip(where, self.region)], axis=-1)
+        self.values = {"status": self.chunks.read("status")}
 
     def run(self, failed_only: bool, flush_seconds: float) -> list[PartitionResult]:
         status = self.values["status"]
         host = socket.gethostname()
-        local = self._locals(self.partitions)
+        local = self.chunks.locals(self.partitions)
         stored = status[tuple(local.T)]
         wanted = stored == FAILED if failed_only else stored != DONE
         results = [PartitionResult(int(i), skipped=True, seconds=0.0, host=host)
@@ -154,7 +120,7 @@ class _BatchWriter:
         nothing_done = not (stored == DONE).any()
         for name in (*self.outputs, "started", "finished"):
             fresh = nothing_done and name in self.declared
-            self.values[name] = self._blank(name) if fresh else self._read(name)
+            self.values[name] = self.chunks.blank(name) if fresh else self.chunks.read(name)
         # running: `tokensweep status` counts them as started, not finished
         self.values["started"][tuple(local[wanted].T)] = time.time()
         self._write("started")
@@ -184,7 +150,7 @@ class _BatchWriter:
             if _inject_fault is not None:
                 _inject_fault(index)
             outputs = simulate_partition(self.sweep, part, self.plan)
-            self._place(part, local, outputs)
+            self.chunks.place(self.values, self.declared, part, local, outputs)
         except Exception as exc:
             label = self.plan.label(part)
             write_error(self.store, index, {"label": label, "host": host, "pid": os.getpid(),
@@ -205,27 +171,8 @@ class _BatchWriter:
         self.values["started"][local] = started
         self.values["finished"][local] = finished
 
-    def _place(self, part, local: tuple[int, ...], outputs: dict[str, np.ndarray]) -> None:
-        """Put a partition's outputs at its place in the batch's arrays: the values
-        `store.partition_dataset` holds, transposed to the store's dimension order in numpy
-        (an xarray Dataset per partition cost more than a trivial partition's kernel)."""
-        axes = list(self.plan.axes)
-        offset = part.traj_start - self.region[-1].start * self.sweep.partition_traj
-        traj = slice(offset, offset + part.traj_stop - part.traj_start)
-        for name, spec in self.declared.items():
-            values = np.asarray(outputs[name], dtype=spec.dtype)
-            if spec.per_checkpoint:  # kernel: (traj, t, ...)
-                values, dims = np.swapaxes(values, 0, 1), ("t", "traj", *spec.extra_dims)
-            else:
-                dims = ("traj", *spec.extra_dims)
-            stored = self.arrays[name].metadata.dimension_names
-            where = tuple(local[axes.index(d)] if d in axes else traj if d == "traj" else slice(None)
-                          for d in stored)
-            self.values[name][where] = np.transpose(values, [dims.index(d) for d in stored
-                                                             if d not in axes])
-
     def _write(self, name: str) -> None:
-        self.arrays[name][self.selection[name]] = self.values[name]
+        self.chunks.write(name, self.values[name])
 
     def flush(self) -> None:
         """Outputs, then timing, then status: status last, as for one partition."""

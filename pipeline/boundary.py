@@ -67,7 +67,8 @@ from .analysis.stats import wilson_interval
 from .errors import SpecError, StoreError
 from .spec.base import SweepBase
 from .spec.load import parse_sweep
-from .store import DONE, open_cube, stored_sweep
+from .store.cube import open_cube, stored_sweep
+from .store.layout import DONE
 
 __all__ = ["Design", "Boundary", "OUTCOMES", "search", "boundary_search", "check_request",
            "default_axis", "boundary_folder"]

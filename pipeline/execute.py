@@ -5,7 +5,8 @@ or a loop in this process). It is idempotent: a partition whose status is alread
 ``done`` is skipped, and a rerun of one that failed or was killed writes exactly the
 same numbers, because its randomness depends only on (seed, cell, trajectory).
 
-Order of writes: ``started`` (the partition is running) -> outputs -> timing -> status.
+Order of writes: ``started`` (the partition is running) -> outputs -> timing -> status, each
+through the store's one writer of partition chunks (`store.chunks`).
 A failure first keeps its error beside the store (``STORE.errors/INDEX.json``, with
 the host and the traceback) and then marks the status failed.
 """
@@ -20,15 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import zarr
 
-from . import location
 from .models import get_model
 from .plan import Partition, Plan
 from .plugin import check_outputs
 from .seeds import trajectory_rngs
 from .spec.base import SweepBase
-from .store import DONE, FAILED, clear_error, partition_dataset, read_status, write_error
+from .spec.recording import declared_outputs
+from .store.chunks import Region, StoreArrays
+from .store.cube import read_status
+from .store.failures import clear_error, write_error
+from .store.layout import DONE, FAILED
 from .testing import fault_injector
 
 # a test hook (pipeline/testing.py); None unless a test switched fault injection on
@@ -56,70 +59,31 @@ def simulate_partition(sweep: SweepBase, part: Partition, plan: Plan | None = No
     return outputs
 
 
-class _PartitionChunks:
-    """One partition's chunks of a store, read and written through zarr directly.
-
-    What `store.mark_started`, `write_outputs` and `write_status` write, with the same values
-    in the same order, without xarray's per-call opening and checking of the whole store (about
-    a tenth of a one-second partition's span). Raw values, as `batch._BatchWriter` writes them:
-    the arrays hold exactly what the partition's dataset holds (no encoding is involved)."""
-
-    def __init__(self, store: str | Path, plan: Plan, part: Partition):
-        self.group = zarr.open_group(location.zarr_store(store), mode="r+",
-                                     use_consolidated=location.consolidated(store))
-        self.plan, self.part = plan, part
-        self.cell = plan.status_region(part)
-        self.arrays: dict[str, zarr.Array] = {}
-
-    def _where(self, name: str, region: dict[str, slice]) -> tuple:
-        if name not in self.arrays:
-            self.arrays[name] = self.group[name]
-        array = self.arrays[name]
-        return array, tuple(region.get(dim, slice(None)) for dim in array.metadata.dimension_names)
-
-    def read(self, name: str):
-        array, where = self._where(name, self.cell)
-        return array[where].item()
-
-    def write(self, **values) -> None:
-        """Per-partition scalars (started, finished, status), in the order given."""
-        for name, value in values.items():
-            array, where = self._where(name, self.cell)
-            array[where] = np.full((1,) * len(where), value, dtype=array.dtype)
-
-    def write_outputs(self, outputs: dict[str, np.ndarray]) -> None:
-        region = self.plan.region(self.part)
-        data = partition_dataset(self.plan, outputs)
-        for name, variable in data.data_vars.items():
-            array, where = self._where(name, region)
-            array[where] = variable.transpose(*array.metadata.dimension_names).values
-
-
 def run_partition(sweep: SweepBase, store: str | Path, index: int) -> PartitionResult:
     """Compute and store one partition unless the store already says it is done."""
     plan = Plan(sweep)
     part = plan[index]
     label = plan.label(part)
     host = socket.gethostname()
-    chunks = _PartitionChunks(store, plan, part)
-    if chunks.read("status") == DONE:
+    chunks = Region.of_partition(plan, StoreArrays(store), part)  # the store's one chunk writer
+    if chunks.read("status").item() == DONE:
         return PartitionResult(index, skipped=True, seconds=0.0, host=host)
     started = time.time()
-    chunks.write(started=started)  # running: `tokensweep status` counts it as started
+    chunks.write_scalars(started=started)  # running: `tokensweep status` counts it as started
     try:
         if _inject_fault is not None:
             _inject_fault(index)
         outputs = simulate_partition(sweep, part, plan)
-        chunks.write_outputs(outputs)
+        chunks.write_partition(declared_outputs(get_model(sweep.model), sweep), part, outputs)
     except BaseException as exc:
         write_error(store, index, {"label": label, "host": host, "pid": os.getpid(),
                                    "error": describe_failure(exc),
                                    "traceback": traceback.format_exc(), "at": time.time()})
-        chunks.write(started=started, finished=time.time(), status=FAILED)  # status last
+        chunks.write_scalars(started=started, finished=time.time(), status=FAILED)  # status last
         raise
     finished = time.time()
     clear_error(store, index)
-    chunks.write(started=started, finished=finished, status=DONE)  # status last
+    chunks.write_scalars(started=started, finished=finished, status=DONE)  # status last
     nonfinite = int(np.count_nonzero(outputs.get("nonfinite", 0)))
     return PartitionResult(index, skipped=False, seconds=finished - started,
                            nonfinite=nonfinite, host=host)

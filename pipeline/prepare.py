@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import location
 from .errors import SpecError, StoreError
-from .lock import describe_lock
 from .spec.base import SweepBase
 from .spec.load import check_store_size, parse_sweep, read_spec, spec_at_scale
+from .store import location
+from .store.lock import describe_lock
 
 __all__ = ["prepare_sweep", "store_target", "check_store_path", "refuse_if_locked"]
 
@@ -37,8 +37,9 @@ def prepare_sweep(spec, *, scale: str | None = None, store: str | Path | None = 
     path = store_target(sweep.store)
     check_store_path(path)
     if location.holds_anything(path):
-        from .grow import refuse_remote
-        from .store import growth, read_status, refuse_missing_outputs, stored_sweep
+        from .store.compat import growth, refuse_missing_outputs
+        from .store.cube import read_status, stored_sweep
+        from .store.grow import refuse_remote
 
         old = stored_sweep(path)
         if partition_traj is None and "partition_traj" not in data:

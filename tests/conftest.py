@@ -95,7 +95,7 @@ def reference_cube(spec: dict, store: Path):
     from tokensweep.pipeline.execute import run_partition
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.spec.load import parse_sweep
-    from tokensweep.pipeline.store import prepare_store
+    from tokensweep.pipeline.store.lifecycle import prepare_store
 
     sweep = parse_sweep(spec)
     prepare_store(sweep, store)

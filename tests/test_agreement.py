@@ -18,7 +18,7 @@ import xarray as xr
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.analysis.stats import wilson_interval
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store import prepare_store
+from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.theory import antipodal_probability
 
 STEP_BIAS = 0.01  # O(h) discretisation bias at h = 0.01 (models.md, section 4)

@@ -15,7 +15,8 @@ import pytest
 from conftest import TINY
 
 import tokensweep
-from tokensweep.pipeline.store import DONE, read_status
+from tokensweep.pipeline.store.cube import read_status
+from tokensweep.pipeline.store.layout import DONE
 
 # stores grown through real flows, subprocesses: `pytest -m slow`; refusals (nothing runs) are quick
 slow = pytest.mark.slow

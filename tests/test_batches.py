@@ -26,8 +26,10 @@ from tokensweep.pipeline import plan as plan_module
 from tokensweep.pipeline.batch import BatchError, run_batch
 from tokensweep.pipeline.plan import Plan, default_batch_shape
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store import (DONE, FAILED, PENDING, prepare_store, read_error,
-                                       read_partition_table, read_status, store_batch_shape)
+from tokensweep.pipeline.store.failures import read_error
+from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.store.cube import read_partition_table, read_status, store_batch_shape
+from tokensweep.pipeline.store.layout import DONE, FAILED, PENDING
 
 # 2 x 3 cells x 3 blocks (12 trajectories by 5: the last block is partial) = 18 partitions
 SPEC = {**copy.deepcopy(TINY), "name": "batched", "grid": {"beta": [0.5, 2.0], "d": [3, 4, 5], "n": 2},

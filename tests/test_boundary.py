@@ -171,7 +171,7 @@ def test_sigma_search_of_the_hybrid_model_and_its_page(tmp_path):
     from tokensweep.pipeline.boundary import boundary_search, default_axis
     from tokensweep.pipeline.execute import pending_partitions, run_partition
     from tokensweep.pipeline.report.search_page import dense_cost, write_boundary_report
-    from tokensweep.pipeline.store import prepare_store
+    from tokensweep.pipeline.store.lifecycle import prepare_store
 
     def run(sweep):
         prepare_store(sweep, sweep.store)
@@ -189,7 +189,7 @@ def test_sigma_search_of_the_hybrid_model_and_its_page(tmp_path):
     # one store per trajectory count looked at: each point computed only at the counts it was
     # looked at, and the cost is what those stores hold
     from tokensweep.pipeline.boundary import cell_tag
-    from tokensweep.pipeline.store import stored_sweep
+    from tokensweep.pipeline.store.cube import stored_sweep
     stores = {path.name: stored_sweep(path)
               for path in (tmp_path / "search").glob(f"{cell_tag(found.coords)}-N*.zarr")}
     assert all(name.endswith(f"-N{s.trajectories}.zarr") for name, s in stores.items())

@@ -121,7 +121,7 @@ def expected_sections(sweep) -> list[str]:
 @pytest.mark.parametrize("name", ENTRIES)
 def test_small_entry_runs_and_reports(name, dask_cluster, tmp_path, monkeypatch):
     from tokensweep.flows.run import run_sweep
-    from tokensweep.pipeline.store import open_cube
+    from tokensweep.pipeline.store.cube import open_cube
 
     monkeypatch.setenv("TOKENSWEEP_RESULTS", str(tmp_path / "results"))
     sweep = load_sweep(name)

@@ -30,7 +30,8 @@ from tokensweep.flows.cli import main
 from tokensweep.pipeline.errors import StoreError
 from tokensweep.pipeline.models import get_model
 from tokensweep.pipeline.spec.load import CATALOG, load_sweep
-from tokensweep.pipeline.store import DONE, read_status
+from tokensweep.pipeline.store.cube import read_status
+from tokensweep.pipeline.store.layout import DONE
 
 pytestmark = pytest.mark.timeout(600)
 QUICKSTART = yaml.safe_load((CATALOG / "quickstart.yaml").read_text())
@@ -302,7 +303,8 @@ def test_a_store_lacking_an_output_the_model_records_now_is_refused(tmp_path, to
 
     import zarr
 
-    from tokensweep.pipeline.store import create_store, prepare_store
+    from tokensweep.pipeline.store.lifecycle import prepare_store
+    from tokensweep.pipeline.store.cube import create_store
 
     spec = {"name": "older", "model": "euclidean_flow", "grid": {"beta": 1.0, "d": 1, "n": 4},
             "time": {"T": 1.0, "layers": 10, "checkpoints": 2}, "trajectories": 2}
@@ -339,7 +341,7 @@ def _done_store(spec: dict, store: Path) -> None:
     here is the status)."""
     import zarr
 
-    from tokensweep.pipeline.store import create_store
+    from tokensweep.pipeline.store.cube import create_store
 
     create_store(load_sweep_dict(spec, store), store)
     status = zarr.open_group(str(store), mode="r+", use_consolidated=False)["status"]

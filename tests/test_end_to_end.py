@@ -16,7 +16,7 @@ import xarray as xr
 
 from conftest import flow_runs_of_store, wait_for_task_runs
 
-from tokensweep.pipeline.store import DONE
+from tokensweep.pipeline.store.layout import DONE
 
 TOKENSWEEP = str(Path(sys.executable).parent / "tokensweep")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # real servers and clusters: `pytest -m slow`

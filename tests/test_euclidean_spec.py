@@ -23,7 +23,9 @@ from tokensweep.pipeline.plugin import ReportInput
 from tokensweep.pipeline.report.geometry import geometry_section
 from tokensweep.pipeline.seeds import trajectory_rngs
 from tokensweep.pipeline.spec.load import parse_sweep, sweep_from_json
-from tokensweep.pipeline.store import SPEC_ATTR, prepare_store, spec_differences
+from tokensweep.pipeline.spec.base import SPEC_ATTR
+from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.store.compat import spec_differences
 
 BASE = {"name": "e", "model": "euclidean_flow", "grid": {"beta": 1.0, "d": 2, "n": 6},
         "time": {"T": 2.0, "layers": 20, "checkpoints": 4}, "trajectories": 4, "seed": 3}

@@ -21,12 +21,14 @@ import pytest
 import xarray as xr
 from conftest import TINY, output_cube, reference_cube
 
-from tokensweep.pipeline import grow
+from tokensweep.pipeline.store import grow
 from tokensweep.pipeline.errors import StoreError
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store import DONE, prepare_store, read_partition_table, read_status, stored_sweep
+from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.store.cube import read_partition_table, read_status, stored_sweep
+from tokensweep.pipeline.store.layout import DONE
 
 pytestmark = pytest.mark.slow  # grows real stores, kills real processes: `pytest -m slow`
 
@@ -129,13 +131,13 @@ def test_a_change_of_stored_numbers_is_refused_naming_the_fields(change, field, 
 def test_a_grow_that_dies_before_its_commit_leaves_the_old_cube_untouched(old_store, monkeypatch):
     final = parse_sweep(_spec(trajectories=24))
     before = tree_digest(old_store)
-    copy_done = grow._copy_done_partitions
+    copy_done = grow.copy_done_partitions
 
     def copy_then_die(*args):
         copy_done(*args)
         raise KeyboardInterrupt("killed while copying")
 
-    monkeypatch.setattr(grow, "_copy_done_partitions", copy_then_die)
+    monkeypatch.setattr(grow, "copy_done_partitions", copy_then_die)
     with pytest.raises(KeyboardInterrupt):
         prepare_store(final, old_store)
     assert tree_digest(old_store) == before and grow.interrupted(old_store) == ["cube.zarr.grow-new"]
@@ -170,7 +172,8 @@ def test_a_grow_that_dies_between_the_renames_is_finished_by_the_next_run(old_st
 KILLED_GROW = """
 import sys, time
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store import prepare_store, stored_sweep
+from tokensweep.pipeline.store.cube import stored_sweep
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 sweep = parse_sweep({spec!r})
 stored_sweep({store!r})  # the imports a grow needs, done before the clock starts

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import xarray as xr
 
-from tokensweep.pipeline.store import DONE, read_status
+from tokensweep.pipeline.store.cube import read_status
+from tokensweep.pipeline.store.layout import DONE
 
 from conftest import TOKENSWEEP, output_cube, reference_cube
 
@@ -54,7 +55,7 @@ def test_a_finished_store_starts_no_cluster_on_resume(tmp_path):
     from tokensweep.flows.run import early_task_runner, partitions_to_run
     from tokensweep.pipeline.execute import run_partition
     from tokensweep.pipeline.spec.load import parse_sweep
-    from tokensweep.pipeline.store import prepare_store
+    from tokensweep.pipeline.store.lifecycle import prepare_store
 
     spec = {**ONE, "partition_traj": 3, "store": str(tmp_path / "s.zarr")}
     sweep = parse_sweep(spec)

@@ -29,7 +29,7 @@ from tokensweep.pipeline.models.euclidean_flow import EuclideanFlowSweep
 from tokensweep.pipeline.models.sphere_flow import SphereFlowSweep
 from tokensweep.pipeline.report import write_report
 from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
-from tokensweep.pipeline.store import prepare_store
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 CATALOG = Path(__file__).parent.parent / "catalog"
 TIME = {"T": 2.0, "layers": 20, "checkpoints": 4}

@@ -24,13 +24,15 @@ from integration.s3 import MotoServer, S3Unavailable
 from typer.testing import CliRunner
 
 from tokensweep.flows.cli import app
-from tokensweep.pipeline import location
+from tokensweep.pipeline.store import location
 from tokensweep.pipeline.execute import run_partition
-from tokensweep.pipeline.failures import read_error, write_error, clear_error
-from tokensweep.pipeline.lock import read_lock, store_lock
+from tokensweep.pipeline.store.failures import read_error, write_error, clear_error
+from tokensweep.pipeline.store.lock import read_lock, store_lock
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store import DONE, prepare_store, read_status
+from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.store.cube import read_status
+from tokensweep.pipeline.store.layout import DONE
 
 BUCKET = "tokensweep"
 # 2 cells x 2 blocks: each partition is tens of requests to the server, so few of them

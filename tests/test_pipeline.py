@@ -16,7 +16,10 @@ from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.seeds import cell_key, trajectory_rngs
 from tokensweep.pipeline.spec.load import parse_sweep
 from tokensweep.pipeline.testing import fault_injector
-from tokensweep.pipeline.store import DONE, FAILED, PENDING, prepare_store, read_status, write_outputs
+from tokensweep.pipeline.store.chunks import write_outputs
+from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.store.cube import read_status
+from tokensweep.pipeline.store.layout import DONE, FAILED, PENDING
 
 OUTPUT_VARS = ["overlap_min", "overlap_max", "cluster_class", "n_clusters", "t_hit", "nonfinite"]
 
@@ -176,7 +179,7 @@ def test_partitions_never_compute_through_dask(tiny_spec, tmp_path):
 
 
 def test_a_creation_cut_short_leaves_no_half_store(tiny_spec, tmp_path, monkeypatch):
-    from tokensweep.pipeline import store as store_module
+    from tokensweep.pipeline.store import cube as store_module
 
     sweep, path = parse_sweep(tiny_spec), tmp_path / "cube.zarr"
     real = store_module._write_metadata

@@ -145,7 +145,9 @@ def check_store_and_report(model: Model, sweep: SweepBase, folder: Path) -> str:
     """A full tiny run in this process: store, every partition, report. Returns report.md."""
     from tokensweep.pipeline.execute import run_partition
     from tokensweep.pipeline.report import write_report
-    from tokensweep.pipeline.store import DONE, open_cube, prepare_store
+    from tokensweep.pipeline.store.lifecycle import prepare_store
+    from tokensweep.pipeline.store.cube import open_cube
+    from tokensweep.pipeline.store.layout import DONE
 
     store = folder / f"{sweep.name}.zarr"
     assert prepare_store(sweep, store) == "created"

@@ -28,7 +28,8 @@ import xarray as xr
 from conftest import BIN, TINY, api, output_cube, reference_cube, run_tokensweep, wait_for_task_runs
 from integration.postgres import PostgresServer, PostgresUnavailable
 
-from tokensweep.pipeline.store import DONE, FAILED, read_status
+from tokensweep.pipeline.store.cube import read_status
+from tokensweep.pipeline.store.layout import DONE, FAILED
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(900)]
 

@@ -55,7 +55,7 @@ def install(source: Path, target: Path) -> None:
 def version_seen_from(site: Path, cwd: Path) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
-        [sys.executable, "-c", "import tokensweep.pipeline.provenance as p, tokensweep as t; "
+        [sys.executable, "-c", "import tokensweep.pipeline.store.provenance as p, tokensweep as t; "
                                "print(p.code_version(), '|', t.__version__, '|', p.__file__)"],
         cwd=cwd, env={**env, "PYTHONPATH": str(site)}, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

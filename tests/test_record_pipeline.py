@@ -19,7 +19,7 @@ from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.execute import run_partition, simulate_partition
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.spec.load import estimated_store_bytes, parse_sweep
-from tokensweep.pipeline.store import prepare_store
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 RECORDED = {**TINY, "name": "recorded", "grid": {"beta": [0.5, 2.0], "d": 3, "n": 4},
             "record": ["overlap_hist", "gram", "states", "hemisphere_margin", "consensus_error",
@@ -155,7 +155,7 @@ def test_a_recorded_cube_grows_and_reports(cubes, tmp_path):
     import xarray as xr
 
     from tokensweep.pipeline import report
-    from tokensweep.pipeline.store import open_cube
+    from tokensweep.pipeline.store.cube import open_cube
 
     sweep, path, _, _ = cubes
     grown = tmp_path / "grown.zarr"

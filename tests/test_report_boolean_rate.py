@@ -10,7 +10,7 @@ from test_report_overlaps import cube_and_report, entry, section, table_rows
 
 from tokensweep.pipeline.analysis.boolean_rate import rate_table, single_exponential_r2, slope_bound
 from tokensweep.pipeline.analysis.stats import closed_form
-from tokensweep.pipeline.store import open_cube
+from tokensweep.pipeline.store.cube import open_cube
 
 HEADING = "## Boolean attention: the doubly exponential rate ([GLPR-E] Thm 2.1)"
 

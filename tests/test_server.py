@@ -102,7 +102,7 @@ def test_serve_and_bare_prefect_commands_use_one_server(home, tmp_path):
 def _lock(tmp_path, pid: int) -> Path:
     import socket
 
-    from tokensweep.pipeline.lock import lock_path
+    from tokensweep.pipeline.store.lock import lock_path
 
     store = tmp_path / "s.zarr"
     store.mkdir()

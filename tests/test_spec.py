@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from tokensweep.flows.cli import app
 from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
-from tokensweep.pipeline.store import prepare_store
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 SPECS = Path(__file__).parent / "specs"
 runner = CliRunner()

@@ -27,7 +27,9 @@ from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.seeds import trajectory_rngs
 from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
 from tokensweep.pipeline.spec.starts import load_file, starts_of
-from tokensweep.pipeline.store import growth, prepare_store, stored_sweep
+from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.store.cube import stored_sweep
+from tokensweep.pipeline.store.compat import growth
 from tokensweep.pipeline.theory import antipodal_probability, antipodal_probability_given_overlap
 
 KS_LEVEL = 1e-3

@@ -18,7 +18,7 @@ from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.report import write_report
 from tokensweep.pipeline.seeds import trajectory_rngs
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store import prepare_store
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 LAYERED = {
     "name": "layered",

@@ -22,7 +22,7 @@ from tokensweep.pipeline.analysis.antipodal import antipodal_table
 from tokensweep.pipeline.analysis.stats import wilson_interval
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store import prepare_store
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 # (solver, args): stochastic SA/USA across beta_c and d = 2; hybrid SA bistable, USA above sigma_c
 CASES = [

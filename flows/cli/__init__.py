@@ -45,7 +45,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def _version(value: bool) -> None:
     if value:
-        from ...pipeline.provenance import code_version
+        from ...pipeline.store.provenance import code_version
 
         typer.echo(f"{common.PROG} {code_version()}")
         raise typer.Exit()

@@ -89,7 +89,7 @@ def one_of_quiet_verbose(quiet: bool, verbose: bool) -> None:
 
 def normalised_store(store: str) -> str:
     """A store argument as given on the command line: a file:// URL is its path."""
-    from ...pipeline import location
+    from ...pipeline.store import location
 
     return location.normalised(store)
 
@@ -105,7 +105,7 @@ def refuse_if_locked(store: Path | str) -> None:
     """StoreError naming the owner of the store's lock (and whether it is stale); the flow run
     of a stale lock is set Crashed in Prefect first (it stays Running there otherwise)."""
     from ...pipeline.errors import StoreError
-    from ...pipeline.lock import read_lock, store_lock
+    from ...pipeline.store.lock import read_lock, store_lock
     from ..flow_lock import mark_crashed_if_stale
 
     if read_lock(store) is None:
@@ -123,7 +123,8 @@ def refuse_if_locked(store: Path | str) -> None:
 def done_count(store: Path | str) -> int:
     """Partitions of `store` done (0 where it does not exist yet)."""
     from ...pipeline.errors import StoreError
-    from ...pipeline.store import DONE, read_status
+    from ...pipeline.store.cube import read_status
+    from ...pipeline.store.layout import DONE
 
     try:
         return int((read_status(store) == DONE).sum())
@@ -135,7 +136,7 @@ def done_count(store: Path | str) -> int:
 
 def log_path(store: str | Path) -> Path:
     """STORE.log; for a remote store, NAME.log in the current folder (logs stay local)."""
-    from ...pipeline import location
+    from ...pipeline.store import location
 
     if location.is_remote(store):
         return location.local_sibling(store, ".log")
@@ -173,12 +174,13 @@ def logs_to(log: Path, verbose: bool):
 def partitions_to_run(sweep, failed_only: bool = False) -> int:
     """How many partitions `run` computes on the sweep's store: every one of a new store; on an
     existing one those not done (or, `failed_only`, the failed ones); on a store the spec grows
-    (`pipeline/grow.py`), every partition of the grown plan but the done ones the grow carries
+    (`pipeline/store/grow.py`), every partition of the grown plan but the done ones the grow carries
     over: those whose cell and trajectory range it keeps (an old partial last block is
     computed whole)."""
-    from ...pipeline import location
+    from ...pipeline.store import location
     from ...pipeline.plan import Plan
-    from ...pipeline.store import DONE, FAILED, read_status, stored_sweep
+    from ...pipeline.store.cube import read_status, stored_sweep
+    from ...pipeline.store.layout import DONE, FAILED
 
     plan = Plan(sweep)
     if not location.exists(f"{str(sweep.store).rstrip('/')}/zarr.json"):

@@ -172,7 +172,7 @@ def plan(
     import numpy as np
 
     from ...pipeline.errors import SpecError, StoreError
-    from ...pipeline.lock import describe_lock
+    from ...pipeline.store.lock import describe_lock
     from ...pipeline.plan import Plan
     from ...pipeline.prepare import prepare_sweep
     from ...pipeline.spec.load import estimated_store_bytes, format_bytes

@@ -105,7 +105,7 @@ def rerun(
 ):
     """Redo the partitions of STORE that are not done (or only the failed ones), with its own spec."""
     from ...pipeline.errors import StoreError
-    from ...pipeline.store import read_status, stored_sweep
+    from ...pipeline.store.cube import read_status, stored_sweep
 
     store = normalised_store(store)
     one_of_quiet_verbose(quiet, verbose)

@@ -15,9 +15,9 @@ from .common import StoreArg, fail, normalised_store
 
 def unlock(store: str = StoreArg):
     """Break the lock of STORE left by a sweep that died (check that none is running first)."""
-    from ...pipeline import location
+    from ...pipeline.store import location
     from ...pipeline.errors import StoreError
-    from ...pipeline.lock import break_lock, is_running_here, lock_path, owner_text
+    from ...pipeline.store.lock import break_lock, is_running_here, lock_path, owner_text
     from ..flow_lock import mark_crashed
 
     store = normalised_store(store)
@@ -46,9 +46,11 @@ def status(store: str = StoreArg):
     import numpy as np
 
     from ...pipeline.errors import StoreError
-    from ...pipeline.lock import describe_lock
+    from ...pipeline.store.lock import describe_lock
     from ...pipeline.plan import Plan
-    from ...pipeline.store import DONE, FAILED, PENDING, read_error, read_partition_table, stored_sweep
+    from ...pipeline.store.failures import read_error
+    from ...pipeline.store.cube import read_partition_table, stored_sweep
+    from ...pipeline.store.layout import DONE, FAILED, PENDING
 
     store = normalised_store(store)
     try:
@@ -85,12 +87,13 @@ def report(
                                         metavar="DIR", show_default="none: report STORE"),
 ):
     """Write report.html (self-contained), report.md and the figures; --index DIR: every store's."""
-    from ...pipeline import location
+    from ...pipeline.store import location
     from ...pipeline.errors import SpecError, StoreError
-    from ...pipeline.reading import store_path
+    from ...pipeline.store.reading import store_path
     from ...pipeline.report import write_report
     from ...pipeline.report.index import write_index
-    from ...pipeline.store import DONE, open_cube, read_status, stored_sweep
+    from ...pipeline.store.cube import open_cube, read_status, stored_sweep
+    from ...pipeline.store.layout import DONE
 
     if (store is None) == (index is None):
         fail("report: give either STORE (a store or a catalog name) or --index DIR, not both or neither")

@@ -15,10 +15,10 @@ import os
 import time
 from pathlib import Path
 
-from .. import location
+from ..store import location
 from ..errors import StoreError
-from ..provenance import code_version
-from ..store import open_cube, stored_sweep
+from ..store.provenance import code_version
+from ..store.cube import open_cube, stored_sweep
 from .html import render_page
 
 __all__ = ["write_index", "find_stores"]

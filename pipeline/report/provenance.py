@@ -1,5 +1,5 @@
-"""Where a report's numbers come from, read from the cube's attributes (pipeline/provenance.py and
-pipeline/store.py write them): code version, spec, seed, when and where the cube was created and
+"""Where a report's numbers come from, read from the cube's attributes (pipeline/store/provenance.py and
+pipeline/store/layout.py write them): code version, spec, seed, when and where the cube was created and
 last written, the hosts that computed it, its history; and which code wrote the report.
 
 "updated" is the latest `finished` time of a done partition (the store records one per
@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 import yaml
 
-from ..provenance import code_version
+from ..store.provenance import code_version
 from ..spec.base import SPEC_ATTR
 
 __all__ = ["provenance", "last_written"]

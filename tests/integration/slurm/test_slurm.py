@@ -22,7 +22,8 @@ import xarray as xr
 from conftest import SLOW, TOKENSWEEP, output_cube
 
 from tokensweep.pipeline.errors import StoreError
-from tokensweep.pipeline.store import DONE, PENDING, read_partition_table
+from tokensweep.pipeline.store.cube import read_partition_table
+from tokensweep.pipeline.store.layout import DONE, PENDING
 
 NAME = "slurm-test"
 JOB_NAME = f"tokensweep-{NAME}"

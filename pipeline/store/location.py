@@ -25,7 +25,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .errors import StoreError
+from ..errors import StoreError
 
 LOCAL_PROTOCOLS = ("file", "local")
 INSTALL_HINT = "pip install 'tokensweep[s3]' (or the fsspec package for that protocol)"

@@ -26,12 +26,13 @@ from pathlib import Path
 
 import xarray as xr
 
+from ..analysis.stats import done_mask, pending_count, stored_spec
+from ..errors import SpecError
+from ..spec.base import SweepBase
+from ..spec.load import load_sweep, resolve_spec_path
 from . import location
-from .analysis.stats import done_mask, pending_count, stored_spec
-from .errors import SpecError
-from .spec.base import SweepBase
-from .spec.load import load_sweep, resolve_spec_path
-from .store import coord_attrs, open_cube
+from .cube import open_cube
+from .layout import coord_attrs
 
 __all__ = ["open_sweep", "store_path"]
 

@@ -3,7 +3,7 @@
 Why a new store. Grid axes are stored sorted, so a value added in the middle of an axis moves
 every later cell, and more trajectories change the shape of every output; zarr can only resize
 an array at its end. So the grown cube is built beside the old one with the layout of the final
-spec (`store.create_store`: its template, its attributes), every done partition of the old cube
+spec (`cube.create_store`: its template, its attributes), every done partition of the old cube
 is copied into it by coordinate, and the two directories are swapped. Nothing is recomputed
 here; the sweep that grows the store then computes the partitions that are still pending, and
 since a trajectory's numbers depend only on (seed, cell coordinates, trajectory index)
@@ -27,7 +27,7 @@ Steps: build STORE.grow-new -> sync -> write the mark -> rename STORE to STORE.g
 rename STORE.grow-new to STORE -> delete STORE.grow-old, STORE.errors, the mark. Killed before
 the mark, STORE is the old cube untouched (the next `recover` deletes the partial build); killed
 after it, STORE is the old cube or the complete new one, and the next `recover` (called by
-`store.prepare_store`, under the lock) finishes the swap. Only between the two renames is there
+`lifecycle.prepare_store`, under the lock) finishes the swap. Only between the two renames is there
 no STORE, and then both cubes are there, whole, for `recover` to finish with. A grow replaces
 the directory: a cube opened before it must be opened again.
 
@@ -48,28 +48,20 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from ..errors import StoreError
+from ..models import get_model
+from ..plan import Plan
+from ..spec.base import SweepBase
+from ..spec.recording import declared_outputs
 from . import location
-from .errors import StoreError
-from .models import get_model
-from .plan import Plan
-from .spec.base import SweepBase
-from .spec.recording import declared_outputs
-from .store import DONE, create_store, errors_dir, growth, read_status, stored_sweep
+from .chunks import Region, StoreArrays
+from .compat import growth
+from .cube import create_store, read_status, stored_sweep
+from .failures import errors_dir
+from .layout import DONE
+from .marks import NEW, OLD, READY, interrupted, sibling
 
-__all__ = ["grow_store", "recover", "interrupted", "sibling", "refuse_remote"]
-
-NEW, READY, OLD = ".grow-new", ".grow-ready", ".grow-old"
-
-
-def sibling(path: str | Path, suffix: str) -> Path:
-    path = Path(path)
-    return path.with_name(path.name + suffix)
-
-
-def interrupted(path: str | Path) -> list[str]:
-    """The names an unfinished grow of `path` left beside it ([] when none)."""
-    return [sibling(path, s).name for s in (NEW, READY, OLD) if sibling(path, s).exists()]
-
+__all__ = ["grow_store", "recover", "interrupted", "sibling", "refuse_remote", "copy_done_partitions"]
 
 def grow_store(sweep: SweepBase, path: str | Path) -> list[str]:
     """Grow the store at `path` to the layout of `sweep`; returns what was added ([]: nothing to
@@ -86,7 +78,7 @@ def grow_store(sweep: SweepBase, path: str | Path) -> list[str]:
     new = sibling(path, NEW)
     shutil.rmtree(new, ignore_errors=True)
     create_store(sweep, new, attrs=_carried_attributes(path, added))
-    _copy_done_partitions(old, path, sweep, new)
+    copy_done_partitions(old, path, sweep, new)
     os.sync()  # the new cube is on disk before the mark says it is complete
     mark = sibling(path, READY)
     tmp = sibling(path, READY + ".tmp")
@@ -144,32 +136,19 @@ def _carried_attributes(path: Path, added: list[str]) -> dict:
     return carried
 
 
-def _copy_done_partitions(old: SweepBase, src_path: Path, new: SweepBase, dst_path: Path) -> None:
-    """Copy outputs, timing and status of every old done partition that keeps its traj range."""
+def copy_done_partitions(old: SweepBase, src_path: Path, new: SweepBase, dst_path: Path) -> None:
+    """Copy outputs, timing and status of every old done partition that keeps its traj range,
+    one partition's chunk of each variable at a time, through the store's one chunk writer."""
     old_plan, new_plan = Plan(old), Plan(new)
     position = {axis: {v: i for i, v in enumerate(values)} for axis, values in new.axes.items()}
-    src = zarr.open_group(str(src_path), mode="r", use_consolidated=False)
-    dst = zarr.open_group(str(dst_path), mode="r+", use_consolidated=False)
-    outputs = declared_outputs(get_model(new.model), new)
-    names = [*outputs, "started", "finished", "status"]  # status last
-    arrays = [(src[name], dst[name], src[name].metadata.dimension_names) for name in names]
+    src, dst = StoreArrays(src_path, mode="r"), StoreArrays(dst_path)
+    names = [*declared_outputs(get_model(new.model), new), "started", "finished", "status"]  # status last
     for index in np.flatnonzero(read_status(src_path) == DONE):
         part = old_plan[int(index)]
-        coords = old_plan.coords(part)
-        cell = tuple(position[axis][value] for axis, value in coords.items())
+        cell = tuple(position[axis][value] for axis, value in old_plan.coords(part).items())
         target = new_plan[new_plan.index_of(cell, part.block)]
         if (target.traj_start, target.traj_stop) != (part.traj_start, part.traj_stop):
             continue  # an old partial last block: computed whole in the new layout
-        for a, b, dims in arrays:
-            a_sel, b_sel = [], []
-            for dim in dims:
-                if dim in coords:
-                    i, j = part.cell[list(coords).index(dim)], cell[list(coords).index(dim)]
-                    a_sel.append(slice(i, i + 1))
-                    b_sel.append(slice(j, j + 1))
-                else:
-                    sel = {"traj": slice(part.traj_start, part.traj_stop),
-                           "block": slice(part.block, part.block + 1)}.get(dim, slice(None))
-                    a_sel.append(sel)
-                    b_sel.append(sel)
-            b[tuple(b_sel)] = a[tuple(a_sel)]
+        a, b = Region.of_partition(old_plan, src, part), Region.of_partition(new_plan, dst, target)
+        for name in names:
+            b.write(name, a.read(name))

@@ -21,8 +21,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import StoreError
 from . import location
-from .errors import StoreError
 
 
 def lock_path(store: str | Path) -> str | Path:

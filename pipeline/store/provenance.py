@@ -25,7 +25,7 @@ def software_versions() -> dict[str, str]:
 
 def _baked():
     try:
-        from .. import _version
+        from ... import _version
     except ImportError:  # a source tree that was never built or installed
         return None
     return _version
