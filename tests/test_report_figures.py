@@ -32,6 +32,7 @@ from tokensweep.pipeline.report.antipodal import (
     plot_antipodal_vs_beta,
     plot_any_antipodal,
     plot_heatmap,
+    plot_persistence,
 )
 from tokensweep.pipeline.report.class_counts import class_fractions, plot_class_fractions
 from tokensweep.pipeline.report.clustering import cluster_count_section, plot_cluster_counts, plot_frac_close_heatmap
@@ -203,7 +204,7 @@ def test_any_antipodal_png_draws_the_fraction_with_an_antipodal_pair(cube):
     hit = (om.values <= -1 + eps) & keep
     p = hit.sum(-1) / keep.sum(-1)
     assert 0 < p.max()
-    fig = plot_any_antipodal(any_antipodal_table(cube), None)["any_antipodal"]
+    fig = plot_any_antipodal(any_antipodal_table(cube), None)
     try:
         panels = visible_axes(fig)
         assert [ax.get_title() for ax in panels] == ["d = 3", "d = 4"]
@@ -357,3 +358,29 @@ def test_dominant_png_and_table_show_the_largest_class_and_its_fraction(tmp_path
         assert int(row[4]) == 60
         assert [float(v) for v in row[5:8]] == pytest.approx(fractions[i, 0, s, b], abs=5e-4)
         assert row[8] == OUTCOMES[dominant[i, 0, s, b]]
+
+
+def test_persistence_png_draws_p_any_and_its_persistence_over_the_checkpoints(cube):
+    om = cube["overlap_min"].transpose("d", "n", "beta", "t", "traj")
+    keep = counted(cube, om)
+    hit = (om.values <= -1 + parse_sweep(SPEC).eps) & keep
+    N = keep.sum(-1)
+    # present from t: at t and at every later checkpoint (a reverse running "and" over t)
+    persist = np.flip(np.logical_and.accumulate(np.flip(hit, axis=-2), axis=-2), axis=-2)
+    p_any, p_persist = hit.sum(-1) / N, persist.sum(-1) / N
+    assert (p_persist <= p_any).all() and (p_persist < p_any).any()
+    fig = plot_persistence(any_antipodal_table(cube), None)
+    try:
+        panels = visible_axes(fig)
+        assert len(panels) == 4
+        for ax in panels:
+            cell = panel_cell(ax, cube.coords)
+            i = int(np.flatnonzero(cube["d"].values == cell["d"])[0])
+            j = int(np.flatnonzero(cube["n"].values == cell["n"])[0])
+            lines = ax.get_lines()
+            assert len(lines) == 2 * cube.sizes["beta"]
+            for b in range(cube.sizes["beta"]):
+                np.testing.assert_allclose(lines[2 * b].get_ydata(), p_any[i, j, b], rtol=0, atol=1e-12)
+                np.testing.assert_allclose(lines[2 * b + 1].get_ydata(), p_persist[i, j, b], rtol=0, atol=1e-12)
+    finally:
+        plt.close(fig)

@@ -30,7 +30,7 @@ from .figures import N_DENSE, facets, figure_title, panels, plt, save, scalar, s
 from .tables import fmt, row_order, rows_table
 
 __all__ = ["probability_section", "heatmap_section", "any_pair_section", "step_bias_section", "markdown_table",
-           "plot_antipodal_vs_beta", "plot_heatmap", "plot_any_antipodal", "AGREE_LEVEL", "AGREE_WIDEN"]
+           "plot_antipodal_vs_beta", "plot_heatmap", "plot_any_antipodal", "plot_persistence", "AGREE_LEVEL", "AGREE_WIDEN"]
 
 AGREE_LEVEL, AGREE_WIDEN = 0.99, 0.01
 
@@ -138,7 +138,9 @@ def any_pair_section(report: ReportInput) -> Part:
     if "overlap_min" not in ds or "n" not in ds.coords or not (np.asarray(ds["n"]) > 2).any():
         return Part([], {})
     table = any_antipodal_table(ds, level=level)
-    figures = plot_any_antipodal(table, report.out / "any_antipodal.png", report.out / "persistence.png")
+    figures = {"any_antipodal": plot_any_antipodal(table, report.out / "any_antipodal.png")}
+    if table.sizes["t"] > 1:
+        figures["persistence"] = plot_persistence(table, report.out / "persistence.png")
     dims = row_order(table.n_traj.isel(t=0, drop=True).dims)
     table = table.sortby(dims).transpose(*dims, "t")
     t0, t1 = float(table.t[0]), float(table.t[-1])
@@ -248,8 +250,8 @@ def plot_heatmap(table: xr.Dataset, path) -> str:
     return save(fig, path, figure_title(attrs, "P(antipodal) over (β, σ)"))
 
 
-def plot_any_antipodal(table: xr.Dataset, path, persistence_path=None) -> dict:
-    """P(any antipodal pair) vs beta per n at the last checkpoint; persistence over t per n."""
+def plot_any_antipodal(table: xr.Dataset, path):
+    """P(any antipodal pair) vs beta per n at the last checkpoint (Wilson bars)."""
     attrs = table.attrs
     last = table.isel(t=-1)
     facet = list(panels(last.p_any, ("beta", "n")))
@@ -266,26 +268,29 @@ def plot_any_antipodal(table: xr.Dataset, path, persistence_path=None) -> dict:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     level = attrs.get("level", 0.95)
-    out = {"any_antipodal": save(fig, path, figure_title(
-        {**attrs, "t": float(last.t)}, f"P(some pair within eps of antipodal), Wilson {level:.0%} intervals"))}
-    if persistence_path is not None and table.sizes["t"] > 1:
-        facet = list(panels(table.p_any.isel(t=0, drop=True), ("beta",)))
-        fig, axes = subplots(len(facet), share=True)
-        betas = table.beta.values
-        shown = betas if betas.size <= 6 else betas[np.linspace(0, betas.size - 1, 6).round().astype(int)]
-        for ax, (label, sel) in zip(axes, facet):
-            for i, beta in enumerate(shown):
-                cell = table.sel(sel).sel(beta=beta)
-                colour = plt.cm.viridis(i / max(1, len(shown) - 1))
-                ax.plot(cell.t.values, cell.p_any.values, "o-", ms=3, color=colour, label=f"β = {beta:g}")
-                ax.plot(cell.t.values, cell.p_persist.values, "--", color=colour)
-            ax.set(xlabel="checkpoint t (dimensionless)", ylabel="probability", ylim=(-0.01, 1.01),
-                   title=label)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, ncol=2)
-        out["persistence"] = save(fig, persistence_path, figure_title(
-            attrs, "P(antipodal pair at t) (solid) and P(present from t to T) (dashed)"))
-    return out
+    return save(fig, path, figure_title(
+        {**attrs, "t": float(last.t)}, f"P(some pair within eps of antipodal), Wilson {level:.0%} intervals"))
+
+
+def plot_persistence(table: xr.Dataset, path):
+    """Per cell of the other axes, over the checkpoints: P(antipodal pair at t) (solid) and
+    P(present from t to the last checkpoint) (dashed), for at most 6 betas."""
+    facet = list(panels(table.p_any.isel(t=0, drop=True), ("beta",)))
+    fig, axes = subplots(len(facet), share=True)
+    betas = table.beta.values
+    shown = betas if betas.size <= 6 else betas[np.linspace(0, betas.size - 1, 6).round().astype(int)]
+    for ax, (label, sel) in zip(axes, facet):
+        for i, beta in enumerate(shown):
+            cell = table.sel(sel).sel(beta=beta)
+            colour = plt.cm.viridis(i / max(1, len(shown) - 1))
+            ax.plot(cell.t.values, cell.p_any.values, "o-", ms=3, color=colour, label=f"β = {beta:g}")
+            ax.plot(cell.t.values, cell.p_persist.values, "--", color=colour)
+        ax.set(xlabel="checkpoint t (dimensionless)", ylabel="probability", ylim=(-0.01, 1.01),
+               title=label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    return save(fig, path, figure_title(table.attrs, "P(antipodal pair at t) (solid) and P(present from t "
+                                                     "to T) (dashed)"))
 
 
 def step_bias_section(report: ReportInput) -> Part:
