@@ -10,26 +10,32 @@ partition of the sweep: `warm_kernels.py`), and each worker is then a fork of it
 A forked worker inherits the forkserver's environment, not its parent's at the time of the
 fork. So the variables distributed's nanny exports for its workers are exported before the
 forkserver starts. Of the variables changed since (the run's PREFECT_API_URL, known only once
-the server answers; any other), those a module reads on import (`import_env.py`) may come too
+the server answers; any other), those a module reads on import (`READ_ON_IMPORT`) may come too
 late, so then workers are spawned and import for themselves, as without this module; the rest
 are handed to each fork by its nanny, and those removed since are removed by the worker's
 preload (`preload.dask_setup`, which also reads Prefect's settings again).
 
-The warm process (`warm_cli.py`) starts a forkserver as it warms up, and each command it runs,
-a fork of it, uses that one (`adopt`).
+It ends with the run's process (a child of it, with the standard library's alive pipe): nothing
+outlives the command.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-from multiprocessing import forkserver, resource_tracker
+from multiprocessing import forkserver
 
 from . import warm_kernels
-from .import_env import read_on_import
 
 UNSET = "TOKENSWEEP_UNSET"  # names, space-separated, that a forked worker removes (preload.py)
 STREAMS = {1: "TOKENSWEEP_STDOUT", 2: "TOKENSWEEP_STDERR"}  # the run's, for a forked worker
+# Variables a module reads once, as it is imported: the thread counts (numba, OpenMP and the BLAS
+# read theirs on import), Python's own, Dask's, zarr's and matplotlib's configuration, the C
+# library's and the locale, Prefect's logging set-up and TOKENSWEEP_HOME. A fork of the
+# forkserver stands in for a fresh worker only where these agree; any other variable is read
+# when it is used, so the nanny hands it over.
+READ_ON_IMPORT = ("NUMBA_", "OMP_", "OPENBLAS_", "MKL_", "PYTHON", "DASK_", "ZARR_", "MPL", "LD_",
+                  "MALLOC_", "LANG", "LC_", "PREFECT_LOGGING_", "TOKENSWEEP_HOME")
 _environment: dict[str, str] | None = None  # os.environ when this process's forkserver started
 _nanny_keys: frozenset[str] = frozenset()  # exported by distributed's nanny in every worker
 
@@ -89,34 +95,13 @@ def worker_start() -> tuple[str, dict[str, str]]:
 
 def _streams() -> dict[str, str]:
     """This process's stdout and stderr, as paths a forked worker opens (`preload.dask_setup`):
-    it inherited the forkserver's, those of whichever run or warm process started it, and its
-    logs belong to this run (STORE.log, or the terminal with -v). Linux's /proc reopens the same
+    it inherited the forkserver's, those of the process that started it, and its logs belong to
+    this run (STORE.log, or the terminal with -v). Linux's /proc reopens the same
     file, terminal or pipe."""
     paths = {key: f"/proc/{os.getpid()}/fd/{fd}" for fd, key in STREAMS.items()}
     return {key: path for key, path in paths.items() if os.path.exists(path)}
 
 
-def adopt() -> None:
-    """In a fork of the process that started the forkserver (a command of the warm process):
-    use that forkserver. The standard library checks that its forkserver lives with waitpid,
-    which only the forkserver's parent can call; so it is checked here, once, and where it has
-    died this process forgets it and a run starts its own."""
-    global _environment
-    server = forkserver._forkserver
-    pid = server._forkserver_pid
-    if _environment is None or pid is None:
-        return
-    if _alive(pid):
-        server.ensure_running = resource_tracker.ensure_running  # what else ensure_running does
-        return
-    os.close(server._forkserver_alive_fd)
-    server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
-    _environment = None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # not a zombie
-    except (OSError, IndexError):
-        return False
+def read_on_import(env) -> dict[str, str]:
+    """The variables of `env` that a module may have read on import (READ_ON_IMPORT)."""
+    return {k: v for k, v in env.items() if k.startswith(READ_ON_IMPORT)}

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
-from . import forkserver, warm_kernels
+from . import forkserver
 from .clusters import WORKER_PRELOAD, cap_threads, local_workers, start_local_cluster
 from .server import ensure_server
 
@@ -174,7 +174,6 @@ def run_sweep(spec: dict, store: str, *, workers: int | None = None, scheduler: 
     """Run the sweep flow against one Prefect server (started here if none is configured);
     `report=False` skips the report (the rounds of `tokensweep boundary`)."""
     scheduler = resolve_scheduler(scheduler, scheduler_file)
-    warm_kernels.last_spec = spec  # for the warm process this command may leave (warm_cli.py)
     pending = None if scheduler else partitions_to_run(spec, store)
     if pending is not None and not runs_in_process(pending):
         start_worker_imports(spec)  # before Prefect's imports and its server: the workers import beside

@@ -1,5 +1,5 @@
-"""A sweep's numba kernels, loaded before its first partition: in the forkserver that local
-workers are forked from (`forkserver.py`), and in the warm process (`warm_cli.py`).
+"""A sweep's numba kernels, loaded before its first partition, in the forkserver that local
+workers are forked from (`forkserver.py`).
 
 numba loads a model's compiled kernels from its cache the first time each is called: ~1.3 s of
 one core for the stochastic transformer, which each local worker paid inside its first
@@ -7,9 +7,7 @@ partition (2.7 s each where two loaded at once on two cores). A fork of a proces
 one tiny partition of the same configuration has them loaded already.
 
 The forkserver can only be told module names to import, so it gets the sweep in the
-environment variable SPEC_VARIABLE, read and removed as it imports this module. The warm process
-gets the last sweep of the command that started it (`last_spec`, in warm_cli.LAST_SPEC), so that
-its own forkserver has the kernels of the sweeps its user runs, not only the default model's.
+environment variable SPEC_VARIABLE, read and removed as it imports this module.
 """
 
 from __future__ import annotations
@@ -19,11 +17,6 @@ import os
 
 SPEC_VARIABLE = "TOKENSWEEP_FORKSERVER_SPEC"
 MAX_SPEC_CHARS = 65536  # an environment variable is at most 128 kB on Linux
-last_spec: dict | None = None  # the sweep this process last ran (set by run.run_sweep)
-# The warm process's guess besides its user's last sweep: the default model's usual kernels
-DEFAULT = {"name": "warm-up", "model": "stochastic_transformer", "attention": "sa",
-           "grid": {"beta": [1.0], "d": [3], "n": 2}, "trajectories": 1,
-           "time": {"T": 1.0, "layers": 10, "checkpoints": 1}}
 
 
 def tiny(spec: dict) -> dict:

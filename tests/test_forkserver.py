@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent("""
     import json, os, sys
     from multiprocessing import forkserver as stdlib_forkserver
@@ -43,6 +45,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a LocalCluster in a fresh interpreter
 def test_local_workers_are_forks_of_one_forkserver_and_get_the_environment_set_after_it():
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -61,7 +64,7 @@ def test_local_workers_are_forks_of_one_forkserver_and_get_the_environment_set_a
     assert seen["changed"] == ["spawn", {}]
 
 
-ADOPTED = textwrap.dedent("""
+LOADED = textwrap.dedent("""
     import json, os, sys
     from multiprocessing import forkserver as stdlib_forkserver
     from distributed import Client
@@ -81,37 +84,23 @@ ADOPTED = textwrap.dedent("""
             "n": 2}, "time": {"T": 1.0, "layers": 50_000_000, "checkpoints": 2}, "trajectories": 9}
     forkserver.start([WORKER_PRELOAD], spec)
     server = stdlib_forkserver._forkserver._forkserver_pid
-    log = sys.argv[1]
-    read, write = os.pipe()
-    if os.fork() == 0:  # as the warm process forks a command
-        forkserver.adopt()
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        os.dup2(fd, 2)  # as the CLI sends a run's stderr to STORE.log
-        with start_local_cluster(1) as cluster, Client(cluster) as client:
-            seen = {"parents": list(client.run(os.getppid).values()),
-                    "loaded": list(client.run(kernels_loaded).values())}
-            client.run(to_stderr)
-        os.write(write, json.dumps(seen).encode())
-        os._exit(0)
-    os.close(write)
-    seen = json.loads(os.read(read, 1 << 16))
-    os.kill(server, 9)  # a forkserver that died: a later fork starts its own
-    os.waitpid(server, 0)
-    if os.fork() == 0:
-        forkserver.adopt()
-        os._exit(0 if forkserver.worker_start() == ("spawn", {}) else 3)
-    seen["after_death"] = os.waitstatus_to_exitcode(os.wait()[1])
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 2)  # as the CLI sends a run's stderr to STORE.log, after the forkserver started
+    with start_local_cluster(1) as cluster, Client(cluster) as client:
+        seen = {"parents": list(client.run(os.getppid).values()),
+                "loaded": list(client.run(kernels_loaded).values())}
+        client.run(to_stderr)
     print(json.dumps({**seen, "server": server, "here": kernels_loaded()}))
 """)
 
 
-def test_a_fork_of_the_process_uses_its_forkserver_whose_workers_have_the_kernels(tmp_path):
-    """The warm process's commands (warm_cli.py) are forks of the process that started the
-    forkserver: their workers are forks of it too, with the sweep's kernels loaded by its tiny
-    partition (warm_kernels.py; 50 million layers would take minutes), and they log to the
-    command's stderr, not the forkserver's."""
+@pytest.mark.slow  # a LocalCluster in a fresh interpreter
+def test_workers_are_forks_with_the_sweeps_kernels_that_log_to_the_runs_stderr(tmp_path):
+    """A run's workers are forks of its forkserver, with the sweep's kernels loaded by its tiny
+    partition (warm_kernels.py; 50 million layers would take minutes), and they log to the run's
+    stderr (STORE.log), not to the streams the forkserver started with."""
     log = tmp_path / "store.log"
-    done = subprocess.run([sys.executable, "-c", ADOPTED, str(log)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", LOADED, str(log)], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
@@ -119,12 +108,11 @@ def test_a_fork_of_the_process_uses_its_forkserver_whose_workers_have_the_kernel
     assert seen["loaded"][0] > 0 and seen["here"] == 0  # loaded in the forkserver, not here
     assert "a worker's line" in log.read_text()
     assert "a worker's line" not in done.stderr
-    assert seen["after_death"] == 0
 
 
 def test_every_catalog_sweep_cuts_to_a_tiny_one_with_its_configuration():
-    """warm_kernels.tiny: the sweep the forkserver and the warm process load kernels with is
-    each catalog sweep's model and options on one trajectory and a few layers."""
+    """warm_kernels.tiny: the sweep the forkserver loads kernels with is each catalog sweep's
+    model and options on one trajectory and a few layers."""
     from pathlib import Path
 
     from tokensweep.flows.warm_kernels import tiny

@@ -177,8 +177,8 @@ def partitions_to_run(sweep, failed_only: bool = False) -> int:
     (`pipeline/store/grow.py`), every partition of the grown plan but the done ones the grow carries
     over: those whose cell and trajectory range it keeps (an old partial last block is
     computed whole)."""
-    from ...pipeline.store import location
     from ...pipeline.plan import Plan
+    from ...pipeline.store import location
     from ...pipeline.store.cube import read_status, stored_sweep
     from ...pipeline.store.layout import DONE, FAILED
 

@@ -172,10 +172,10 @@ def plan(
     import numpy as np
 
     from ...pipeline.errors import SpecError, StoreError
-    from ...pipeline.store.lock import describe_lock
     from ...pipeline.plan import Plan
     from ...pipeline.prepare import prepare_sweep
     from ...pipeline.spec.load import estimated_store_bytes, format_bytes
+    from ...pipeline.store.lock import describe_lock
     from ..clusters import local_workers
     from .compiling import kernels_cold
 

@@ -8,6 +8,7 @@ Ctrl-C exits with code 130 and one line saying how far the sweep got.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Optional
 
 import typer
@@ -164,7 +165,6 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
     from ...pipeline.errors import SpecError, StoreError
     from ...pipeline.plan import Plan
     from ..clusters import local_workers
-    from ..jobqueue import JobqueueError, batch_cluster, fit_to_work
     from ..run import run_sweep, runs_in_process
     from .compiling import kernels_cold
 
@@ -176,7 +176,14 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
     store, total = store_target(sweep.store), len(Plan(sweep))
     log, todo = log_path(store), partitions_to_run(sweep, failed_only)
     details = "" if verbose else f" (details in {log})"
-    batch = batch and fit_to_work(batch, todo)
+    refused: tuple = (SpecError, StoreError)  # bad input: exit 2
+    if batch is not None:
+        from ..jobqueue import JobqueueError, batch_cluster, fit_to_work
+
+        batch = fit_to_work(batch, todo)
+        cluster, refused = batch_cluster(batch, todo, sweep), (*refused, JobqueueError)
+    else:  # a local or existing cluster: dask-jobqueue is not imported
+        cluster = nullcontext(None)
     if not quiet:
         where = batch.describe() if batch else f"the cluster at {scheduler}" if scheduler else \
             f"{local_workers(workers, todo)} local workers" if not runs_in_process(todo) else \
@@ -187,11 +194,11 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
             typer.echo(f"compiling {sweep.model}'s kernels (first run of this model only): "
                        "the first partitions take ~30 s more")
     try:
-        with logs_to(log, verbose), batch_cluster(batch, todo, sweep) as address:
+        with logs_to(log, verbose), cluster as address:
             summary = run_sweep(sweep.model_dump(mode="json"), sweep.store, workers=workers,
                                 scheduler=address or scheduler, failed_only=failed_only,
                                 progress=progress and not quiet and not verbose)
-    except (SpecError, StoreError, JobqueueError) as err:  # or a job the batch system refused
+    except refused as err:  # or a job the batch system refused
         fail(str(err))
     except RuntimeError as err:  # partitions failed: the message lists them
         fail(f"{err}{details}", code=1)

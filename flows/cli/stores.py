@@ -15,8 +15,8 @@ from .common import StoreArg, fail, normalised_store
 
 def unlock(store: str = StoreArg):
     """Break the lock of STORE left by a sweep that died (check that none is running first)."""
-    from ...pipeline.store import location
     from ...pipeline.errors import StoreError
+    from ...pipeline.store import location
     from ...pipeline.store.lock import break_lock, is_running_here, lock_path, owner_text
     from ..flow_lock import mark_crashed
 
@@ -46,11 +46,11 @@ def status(store: str = StoreArg):
     import numpy as np
 
     from ...pipeline.errors import StoreError
-    from ...pipeline.store.lock import describe_lock
     from ...pipeline.plan import Plan
-    from ...pipeline.store.failures import read_error
     from ...pipeline.store.cube import read_partition_table, stored_sweep
+    from ...pipeline.store.failures import read_error
     from ...pipeline.store.layout import DONE, FAILED, PENDING
+    from ...pipeline.store.lock import describe_lock
 
     store = normalised_store(store)
     try:
@@ -87,13 +87,13 @@ def report(
                                         metavar="DIR", show_default="none: report STORE"),
 ):
     """Write report.html (self-contained), report.md and the figures; --index DIR: every store's."""
-    from ...pipeline.store import location
     from ...pipeline.errors import SpecError, StoreError
-    from ...pipeline.store.reading import store_path
     from ...pipeline.report import write_report
     from ...pipeline.report.index import write_index
+    from ...pipeline.store import location
     from ...pipeline.store.cube import open_cube, read_status, stored_sweep
     from ...pipeline.store.layout import DONE
+    from ...pipeline.store.reading import store_path
 
     if (store is None) == (index is None):
         fail("report: give either STORE (a store or a catalog name) or --index DIR, not both or neither")
