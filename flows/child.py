@@ -14,7 +14,7 @@ The child prints one line of JSON on stdout, its summary or its error (message a
 exits 0, 2 for a spec, store or cluster that cannot be used, 1 when partitions failed, as the
 command line does; here the error is raised again as the same exception class.
 Interrupting the caller (Ctrl-C, a notebook's stop button) interrupts the child, which releases
-the store's lock on its way out.
+the store's lock on its way out; so does the caller's end, however it ends (`die_with_parent`).
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ import time
 from pathlib import Path
 
 from ..pipeline.errors import SpecError, StoreError, SweepError
-from ..pipeline.spec.base import SweepBase
+from ..pipeline.spec import SweepBase
 
 __all__ = ["SweepError", "run_in_child"]
 
 POLL_S = 0.5
 RESULT = "tokensweep-result: "  # prefix of the child's one line of JSON on stdout
+PARENT_VARIABLE = "TOKENSWEEP_PARENT_PID"  # the caller's pid: the child ends when it is gone
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def run_in_child(sweep: SweepBase, workers: int | None = None, scheduler: str | None = None,
@@ -51,7 +53,8 @@ def run_in_child(sweep: SweepBase, workers: int | None = None, scheduler: str | 
         if scheduler:
             cmd += ["--scheduler-file" if Path(scheduler).is_file() else "--scheduler", str(scheduler)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                     PARENT_VARIABLE: str(os.getpid())})
         out, err = [], []
         readers = [threading.Thread(target=lambda s=s, b=b: b.extend(s), daemon=True)
                    for s, b in ((proc.stdout, out), (proc.stderr, err))]
@@ -161,6 +164,30 @@ def _in_jupyter() -> bool:
     return type(shell).__name__ == "ZMQInteractiveShell"
 
 
+def die_with_parent() -> bool:
+    """Make this process end as its parent (the caller of ``tokensweep.run``) does, however it
+    ends (a SIGKILL from a timeout included): SIGTERM, which here is a KeyboardInterrupt, as the
+    caller's Ctrl-C is, so the flow releases the store's lock and closes its local cluster on
+    its way out. On Linux the kernel sends it (PR_SET_PDEATHSIG); elsewhere a thread watches
+    the parent. False when the parent is gone already (before the signal was asked for)."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    parent = int(os.environ.pop(PARENT_VARIABLE, 0)) or None  # not for this process's children
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    elif parent is not None:
+        threading.Thread(target=_watch_parent, args=(parent,), name="watch-parent",
+                         daemon=True).start()
+    return parent is None or os.getppid() == parent
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The child: run one resolved spec on its store with run.run_sweep; see the module docstring."""
     import argparse
@@ -191,7 +218,7 @@ if __name__ == "__main__":
     from .fast_exit import exit_now
 
     try:
-        code = main()
-    except KeyboardInterrupt:  # the parent's Ctrl-C: a partition running in a thread of this
-        code = 130  # process (flows/in_process.py) must not hold the exit until it ends
+        code = main() if die_with_parent() else 130
+    except KeyboardInterrupt:  # the parent's Ctrl-C, or its end: a partition running in a thread
+        code = 130  # of this process (flows/in_process.py) must not hold the exit until it ends
     exit_now(code)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY
+from conftest import SLOW, TINY
 
 import tokensweep
 from tokensweep.pipeline.store.cube import read_status
@@ -128,3 +128,73 @@ def test_the_example_notebook_executes(prefect_server, tmp_path):
     assert "partitions done" in text  # the progress display
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the plot
     assert (read_status(tmp_path / "results" / "example.zarr") == DONE).all()
+
+
+def _family(pid: int) -> set[int]:
+    """`pid` and its descendants, from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    family, grown = {pid}, True
+    while grown:
+        more = {p for p, parent in parents.items() if parent in family} - family
+        family |= more
+        grown = bool(more)
+    return family
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_sweeps_process_ends_with_its_caller_and_releases_the_lock(prefect_server, tmp_path):
+    """A caller killed outright (a timeout's SIGKILL) takes the sweep's process with it: it
+    stops computing, closes its local cluster and releases the store's lock."""
+    import signal
+    import time
+
+    store = tmp_path / "killed.zarr"
+    lock = store.with_name(store.name + ".lock")
+    script = tmp_path / "caller.py"
+    script.write_text(f"import tokensweep\ntokensweep.run({SLOW!r}, store={str(store)!r}, workers=1, "
+                      "progress=False)\n")
+    env = {**os.environ, "PREFECT_API_URL": prefect_server, "NUMBA_NUM_THREADS": "1"}
+    caller = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    family: set[int] = set()
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and caller.poll() is None:
+            if lock.exists() and (store / "zarr.json").exists():
+                child = json.loads(lock.read_text())["pid"]
+                family = _family(child)
+                if len(family) > 2:  # the sweep's process, its forkserver, the worker's nanny ...
+                    break
+            time.sleep(0.2)
+        assert caller.poll() is None and len(family) > 2, "the sweep did not start its cluster"
+        time.sleep(1.0)
+        family = _family(child)
+        caller.kill()
+        caller.wait()
+        killed = time.monotonic()
+        while time.monotonic() < killed + 20 and ({p for p in family if _alive(p)} or lock.exists()):
+            time.sleep(0.1)
+        left = {p for p in family if _alive(p)}
+        assert not left, f"still running {time.monotonic() - killed:.0f} s after the caller died: {left}"
+        assert not lock.exists()
+        print(f"the sweep's {len(family)} processes ended {time.monotonic() - killed:.1f} s after "
+              "the caller")
+    finally:
+        for pid in family:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
