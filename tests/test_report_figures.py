@@ -21,9 +21,10 @@ from conftest import TINY
 from matplotlib.container import ErrorbarContainer
 from scipy import stats
 
+from tokensweep.pipeline import theory
 from tokensweep.pipeline.analysis.antipodal import antipodal_table, any_antipodal_table
-from tokensweep.pipeline.analysis.clustering import cluster_count_mean, frac_close_mean
-from tokensweep.pipeline.analysis.stats import grid_dims
+from tokensweep.pipeline.analysis.clustering import cluster_count_mean, equiangular_table, frac_close_mean
+from tokensweep.pipeline.analysis.stats import closed_form, grid_dims
 from tokensweep.pipeline.execute import run_partition
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.plugin import ReportInput
@@ -35,7 +36,12 @@ from tokensweep.pipeline.report.antipodal import (
     plot_persistence,
 )
 from tokensweep.pipeline.report.class_counts import class_fractions, plot_class_fractions
-from tokensweep.pipeline.report.clustering import cluster_count_section, plot_cluster_counts, plot_frac_close_heatmap
+from tokensweep.pipeline.report.clustering import (
+    cluster_count_section,
+    plot_cluster_counts,
+    plot_equiangular,
+    plot_frac_close_heatmap,
+)
 from tokensweep.pipeline.report.dominant import COLOURS, OUTCOMES, dominant_section, dominant_table, plot_dominant
 from tokensweep.pipeline.report.horizon import horizon_table, plot_horizon
 from tokensweep.pipeline.report.observables import counted_mean, plot_overlap_hist, plot_scalars
@@ -382,5 +388,39 @@ def test_persistence_png_draws_p_any_and_its_persistence_over_the_checkpoints(cu
             for b in range(cube.sizes["beta"]):
                 np.testing.assert_allclose(lines[2 * b].get_ydata(), p_any[i, j, b], rtol=0, atol=1e-12)
                 np.testing.assert_allclose(lines[2 * b + 1].get_ydata(), p_persist[i, j, b], rtol=0, atol=1e-12)
+    finally:
+        plt.close(fig)
+
+
+def test_equiangular_png_draws_the_mean_overlaps_against_gamma(tmp_path):
+    spec = {**SPHERE, "name": "equiangular", "init": "equiangular", "integrator": "heun",
+            "grid": {"beta": [1.0, 3.0], "d": 6, "n": [3, 6]}, "trajectories": 2, "partition_traj": 2}
+    sweep = parse_sweep(spec)
+    store = tmp_path / "equiangular.zarr"
+    prepare_store(sweep, store)
+    for index in range(len(Plan(sweep))):
+        run_partition(sweep, store, index)
+    with open_cube(store) as ds:
+        ds = ds.load()
+    dims = ("beta", "d", "n", "t", "traj")
+    omin, omax = (ds[v].transpose(*dims).values for v in ("overlap_min", "overlap_max"))
+    keep = ~ds["nonfinite"].astype(bool).transpose("beta", "d", "n", "traj").values[:, :, :, None, :]
+    mean_min = np.where(keep, omin, 0).sum(-1) / keep.sum(-1)
+    mean_max = np.where(keep, omax, 0).sum(-1) / keep.sum(-1)
+    fig = plot_equiangular(equiangular_table(ds), ds.attrs, closed_form(ds, "equiangular_overlap"), None)
+    try:
+        panels = visible_axes(fig)
+        assert [ax.get_title() for ax in panels] == ["d = 6, n = 3", "d = 6, n = 6"]
+        for j, ax in enumerate(panels):
+            lines = ax.get_lines()
+            assert len(lines) == 3 * ds.sizes["beta"]  # per beta: gamma(t), min (v), max (^)
+            for b, beta in enumerate(ds["beta"].values):
+                curve, low, high = lines[3 * b: 3 * b + 3]
+                n = int(ds["n"].values[j])
+                np.testing.assert_allclose(curve.get_ydata(),
+                                           theory.equiangular_gamma(curve.get_xdata(), beta, n, "sa"), rtol=1e-12)
+                np.testing.assert_allclose(low.get_xdata(), ds["t"].values)
+                np.testing.assert_allclose(low.get_ydata(), mean_min[b, 0, j], rtol=1e-12)
+                np.testing.assert_allclose(high.get_ydata(), mean_max[b, 0, j], rtol=1e-12)
     finally:
         plt.close(fig)
