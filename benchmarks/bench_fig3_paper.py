@@ -10,7 +10,7 @@ paper scale: frac_close, cluster count, energy, hemisphere test at every one of 
 1. Per d, the kernel (`simulate_sphere_flow`, one thread) integrates `--probe` trajectories at
    beta = 0.1, 4.5 and 9 with the paper's settings; CPU seconds per trajectory (the process's
    CPU time: robust to the other processes of a loaded machine), averaged over the three betas.
-   d > n runs in the span of the start (`sphere_symmetric`), so d = 128 .. 1024 cost about what
+   d > n runs in the span of the start (`sphere.symmetric`), so d = 128 .. 1024 cost about what
    d = 32 costs plus the start's QR.
 2. Projection: the full grid's CPU seconds per d (184,320 trajectories x that cost), and the wall
    time on 2 cores and on a 64-core node (trajectories are independent: CPU / cores; the
@@ -37,7 +37,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
-from tokensweep.kernels.sphere_flow import simulate_sphere_flow  # noqa: E402
+from tokensweep.kernels.sphere.flow import simulate_sphere_flow  # noqa: E402
 from tokensweep.pipeline.spec.load import load_sweep, parse_sweep, read_spec  # noqa: E402
 
 CATALOG = Path(__file__).resolve().parent.parent / "catalog" / "geshkovski2023-fig3.yaml"

@@ -7,7 +7,7 @@ the machine is shared, and every method runs one compute thread), best of R repe
 method measured in turn within each repeat; the load average is printed.
 
 - kernel: `simulate_sphere_flow` (300 layers, one checkpoint at the end). For d > n it integrates
-  in the n-dimensional span of the start (`sphere_symmetric`); `full d`: the same without that
+  in the n-dimensional span of the start (`sphere.symmetric`); `full d`: the same without that
   reduction. `60 ck`: the catalog's 60 checkpoints (overlaps, cluster count, frac_close, energy,
   hemisphere test every 5th step). `f32`: precision="float32".
 - numpy: B = 2048 systems as one (B, n, d) tensor, logits by batched matmul, softmax with the row
@@ -35,7 +35,7 @@ method measured in turn within each repeat; the load average is printed.
   kernel computes too) + 4 n^2 (shift, exponential counted as one flop, row sum,
   normalisation) + 9 n d (projection, step, norm); the reduced kernel's F has d = n. F is the
   dense count for every method: the kernel computes only the Gram's upper blocks of 8 rows
-  (`kernels/gemm.py`: 5/8 of the Gram's flops at n = 32), so its `%pk` is of useful work.
+  (`kernels/lowlevel/gemm.py`: 5/8 of the Gram's flops at n = 32), so its `%pk` is of useful work.
 
 The measured table (before / after the Gram's blocks) is in docs/models.md section 2.9.
 
@@ -203,7 +203,9 @@ class Methods:
 
     def __init__(self, sf, n, d, seconds, published, with_span):
         self.sf, self.n, self.d, self.with_span = sf, n, d, with_span
-        params = inspect.signature(sf.simulate_sphere_flow).parameters
+        params = set(inspect.signature(sf.simulate_sphere_flow).parameters)
+        options = getattr(sf, "SphereFlowOptions", None)  # its keywords as one record (issue 23)
+        params |= set(getattr(options, "__dataclass_fields__", ()))
         self.has_precision = "precision" in params
         self.symmetric = getattr(sf, "symmetric", None)  # the span reduction's switch, if any
         self.kernel(2, 2)
@@ -323,7 +325,7 @@ def main():
     ap.add_argument("--published", action="store_true",
                     help="peer step without the tangent projection, as published")
     ap.add_argument("--no-span", action="store_true", help="leave out the partition span")
-    ap.add_argument("--module", default="tokensweep.kernels.sphere_flow",
+    ap.add_argument("--module", default="tokensweep.kernels.sphere.flow",
                     help="the kernel module (e.g. an old copy, for before / after)")
     args = ap.parse_args()
     jax = import_jax_one_core()

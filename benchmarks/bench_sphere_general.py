@@ -19,7 +19,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tokensweep  # noqa: E402
-from tokensweep.kernels.sphere_flow import simulate_sphere_flow  # noqa: E402
+from tokensweep.kernels.sphere.flow import simulate_sphere_flow  # noqa: E402
 
 CASES = {
     "random Q, K, V ginibre, n 32, d 32": dict(n=32, d=32, qk="ginibre", value="ginibre"),

@@ -1,4 +1,4 @@
-"""Device check of the sphere flow's GPU path (kernels/sphere_torch.py) against the numba kernel.
+"""Device check of the sphere flow's GPU path (kernels/sphere/gpu.py) against the numba kernel.
 
 One run on a GPU machine prints, and writes to --out as bench_sphere_gpu.json and .md:
 
@@ -72,7 +72,7 @@ class Bench:
     def __init__(self, device, budget):
         import torch
 
-        from tokensweep.kernels.sphere_flow import simulate_sphere_flow
+        from tokensweep.kernels.sphere.flow import simulate_sphere_flow
 
         self.torch, self.simulate = torch, simulate_sphere_flow
         self.device = torch.device(device)
@@ -93,7 +93,7 @@ class Bench:
     def run(self, count, on_device, graphs=True, **kw):
         """(outputs, wall seconds) of simulate_sphere_flow on the device or the CPU kernel;
         graphs=False: the device's steps eager, not replayed from a CUDA graph."""
-        from tokensweep.kernels import sphere_torch
+        from tokensweep.kernels.sphere import gpu as sphere_torch
 
         extra = {"device": self.device} if on_device else {}
         self.sync()
@@ -193,8 +193,8 @@ def float32_statistics(bench, size):
 
 def step_rate(bench, n, d, count, layers, precision, attention="sa", graphs=True):
     """Particle-steps/s of the device steps alone (starts on the device, synchronised); replayed
-    from a CUDA graph (`sphere_torch.GraphStep`) or, graphs=False, eager."""
-    from tokensweep.kernels import sphere_torch
+    from a CUDA graph (`sphere.gpu.GraphStep`) or, graphs=False, eager."""
+    from tokensweep.kernels.sphere import gpu as sphere_torch
 
     torch = bench.torch
     dtype = torch.float32 if precision == "float32" else torch.float64
@@ -236,9 +236,9 @@ def jax_step_rate(n, d, count, layers, precision):
 
 
 def cpu_step_rate(n, d, count, layers):
-    """Particle-steps/s of the CPU kernel's steps alone (`sphere_symmetric.euler_step_t`, one
+    """Particle-steps/s of the CPU kernel's steps alone (`sphere.symmetric.euler_step_t`, one
     call per step: for large n, where a step takes milliseconds)."""
-    from tokensweep.kernels import sphere_symmetric
+    from tokensweep.kernels.sphere import symmetric as sphere_symmetric
 
     m = min(n, d)
     proto = np.empty(0)

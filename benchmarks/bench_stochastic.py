@@ -9,9 +9,9 @@ beta = 1, h = 0.01, gaussian noise path. The default run prints, in one run, at 
 d in {4, 16, 64} (and n = 2, whose fused path is not split, for context):
 
 - kernel: `simulate_stochastic_transformer`, one trajectory per Generator, 2000 layers each;
-  at n = 8 it takes the lanes path two trajectories at a time (`stochastic_pairs`); lanes: the
-  same call one trajectory at a time (`stochastic._PAIRS` off, `stochastic_lanes`); general:
-  the lanes path switched off (`stochastic._LANES`), i.e. the general path that ran n = 8
+  at n = 8 it takes the lanes path two trajectories at a time (`stochastic.pairs`); lanes: the
+  same call one trajectory at a time (`stochastic.transformer._PAIRS` off, `stochastic.lanes`); general:
+  the lanes path switched off (`stochastic.transformer._LANES`), i.e. the general path that ran n = 8
   before it (all three bit-identical); x: kernel / lanes, kernel / general;
 - every rate is timed by the CPU time of the process (all its threads; it is pinned to one
   core), so other load on a shared machine counts little (it still costs caches), and is the
@@ -35,8 +35,8 @@ d in {4, 16, 64} (and n = 2, whose fused path is not split, for context):
   `lanes.exp`, Ahat), the Householder R, the noise s W^T R, the step with its normalisation, and
   the checkpoint reductions (back to rows + overlaps + class + cluster count; once per
   checkpoint, not per layer). "sum" adds the per-layer parts, "kernel" is the whole kernel per
-  step (CPU time). Row "lanes": one trajectory (`stochastic_lanes`); row "pairs": the same parts
-  of `stochastic_pairs` on two states side by side (two consecutive states of the list), per
+  step (CPU time). Row "lanes": one trajectory (`stochastic.lanes`); row "pairs": the same parts
+  of `stochastic.pairs` on two states side by side (two consecutive states of the list), per
   trajectory (half the time of a call), with the draws and checkpoint of the lanes row.
 
 The process is pinned to one core (sched_setaffinity) when the OS allows it; the load average is
@@ -62,11 +62,13 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
 from tokensweep.kernels import attention as att  # noqa: E402
-from tokensweep.kernels import stochastic  # noqa: E402
-from tokensweep.kernels import stochastic_lanes as lanes  # noqa: E402
-from tokensweep.kernels import stochastic_pairs as pairs  # noqa: E402
 from tokensweep.kernels.outcomes import allocate_outputs, record_overlaps  # noqa: E402
-from tokensweep.kernels.stochastic import (  # noqa: E402
+from tokensweep.kernels.stochastic import (
+    lanes,  # noqa: E402
+    pairs,  # noqa: E402
+)
+from tokensweep.kernels.stochastic import transformer as stochastic  # noqa: E402
+from tokensweep.kernels.stochastic.transformer import (  # noqa: E402
     NORMALS_PER_DRAW,
     simulate_stochastic_states,
     simulate_stochastic_transformer,
@@ -113,8 +115,8 @@ def numpy_rate(step, n, d):
 
 
 def kernel_rate(noise, n, d, clock=CLOCK, use_lanes=True, use_pairs=True):
-    """Kernel steps per second; use_lanes=False: the general path (`stochastic._LANES` off);
-    use_pairs=False: the lanes path one trajectory at a time (`stochastic._PAIRS` off)."""
+    """Kernel steps per second; use_lanes=False: the general path (`stochastic.transformer._LANES` off);
+    use_pairs=False: the lanes path one trajectory at a time (`stochastic.transformer._PAIRS` off)."""
     def run(ntraj):
         rngs = [np.random.default_rng([1, i]) for i in range(ntraj)]
         stochastic._LANES, stochastic._PAIRS = use_lanes, use_pairs

@@ -1,13 +1,18 @@
 """tokensweep.kernels: numba kernels of the token dynamics and their outcome reductions. No I/O.
 
-Each model module has one entry point taking a sequence of numpy Generators (one per trajectory,
+Each dynamics has one entry point taking a sequence of numpy Generators (one per trajectory,
 consumed in a documented order) and returning the outcome arrays that its OUTPUTS describes:
 
-- `stochastic`: deep stochastic transformer x_i <- N(x_i + sqrt(h) V_k A_i), random V_k per layer;
+- `stochastic/` (`stochastic.transformer`): deep stochastic transformer
+  x_i <- N(x_i + sqrt(h) V_k A_i), random V_k per layer: its general, lanes, pairs and SDE paths;
 - `hybrid`: x_i <- N(x_i + (h + sigma sqrt(h) xi_k) A_i), one scalar xi_k per layer;
-- `sphere_flow`, `euclidean_flow`: deterministic attention flows on the sphere and in R^d;
-- `attention`: SA / USA / causal SA with stable logits, the exact Gaussian noise factor;
-- `outcomes`: overlaps, cluster class, cluster count, t_hit, and the record a kernel fills;
+- `sphere/` (`sphere.flow`), `euclidean/` (`euclidean.flow`): deterministic attention flows on the
+  sphere and in R^d;
+- shared by them: `attention` (SA / USA / causal SA with stable logits), `value_noise`,
+  `outcomes` (overlaps, cluster class, cluster count, t_hit, and the record a kernel fills),
+  `observables`, `ensembles`, `starts`, `hemisphere`, `blocks`;
+- `lowlevel/`: numba building blocks (SIMD lanes, vectorised exp, libm-exact exp, BLAS on blocks);
+- `cache`: numba's cache folder, named after a digest of every kernel source;
 - `vocabulary`: the OutputSpec of every output and the option names, without numba.
 
 Importing the package loads nothing: `vocabulary` stays numba-free, and the names below are
@@ -17,14 +22,14 @@ imported from their modules on first use.
 import importlib
 
 _EXPORTS = {
-    "ATTENTIONS": ".stochastic",
-    "NOISES": ".stochastic",
+    "ATTENTIONS": ".stochastic.transformer",
+    "NOISES": ".stochastic.transformer",
     "OUTPUTS": ".outcomes",
     "OutputSpec": ".vocabulary",
     "simulate_hybrid": ".hybrid",
     "simulate_hybrid_states": ".hybrid",
-    "simulate_stochastic_states": ".stochastic",
-    "simulate_stochastic_transformer": ".stochastic",
+    "simulate_stochastic_states": ".stochastic.transformer",
+    "simulate_stochastic_transformer": ".stochastic.transformer",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,16 +1,17 @@
 """Numba's on-disk cache, keyed by the kernels' source.
 
 Numba invalidates a cached function only when the file that defines it changes, but the kernels
-call helpers in other files (attention, outcomes, ...) and numba compiles those into the caller.
-An edit to a helper would then leave callers running the old code from the cache, and a
-sweep would silently mix two versions of the dynamics (seen: a cube that differed from a rerun
-of the same spec by 1e-7). So the cache lives in a folder named after a digest of every kernel
-source: any edit selects a fresh folder. The folder sits under NUMBA_CACHE_DIR when set (e.g.
-node-local on a cluster), else under ~/.cache/tokensweep.
+call helpers in other files (attention, outcomes, lowlevel/, ...) and numba compiles those into
+the caller. An edit to a helper would then leave callers running the old code from the cache,
+and a sweep would silently mix two versions of the dynamics (seen: a cube that differed from a
+rerun of the same spec by 1e-7). So the cache lives in a folder named after a digest of every
+kernel source, subpackages included: any edit selects a fresh folder. The folder sits under
+NUMBA_CACHE_DIR when set (e.g. node-local on a cluster), else under ~/.cache/tokensweep.
 
 Importing this module selects the folder. numba reads it when a function is decorated, so every
-kernel module with @njit(cache=True) functions does `from . import cache` before defining them
-(the package's __init__ imports nothing, so that `vocabulary` can be read without numba).
+kernel module with @njit(cache=True) functions does `from . import cache` (`from .. import cache`
+in a subpackage) before defining them (the packages' __init__ files import nothing, so that
+`vocabulary` can be read without numba).
 """
 
 import hashlib
@@ -21,10 +22,11 @@ import numba
 
 
 def source_digest(folder: Path = Path(__file__).parent) -> str:
-    """Digest of the names and contents of every module of the kernels package."""
+    """Digest of the paths (relative to `folder`) and contents of every module of the kernels
+    package, its subpackages included."""
     h = hashlib.sha256()
-    for path in sorted(Path(folder).glob("*.py")):
-        h.update(path.name.encode())
+    for path in sorted(Path(folder).rglob("*.py")):
+        h.update(path.relative_to(folder).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 

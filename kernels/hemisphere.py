@@ -182,7 +182,7 @@ def hemisphere_test(x, tol, w, corral):
     if k > 1:
         for a in range(k):
             lam[a] = 1.0 / k
-        k = _minor_cycles(x, idx, lam, alpha, gram, k)
+        k = minor_cycles(x, idx, lam, alpha, gram, k)
     if k < 1:
         idx[0] = 0
         lam[0] = 1.0
@@ -233,7 +233,7 @@ def _wolfe(x, tol, p, idx, lam, alpha, gram, k, corral):
             break  # no progress possible at this precision
         idx[k] = jbest
         lam[k] = 0.0
-        k = _minor_cycles(x, idx, lam, alpha, gram, k + 1)
+        k = minor_cycles(x, idx, lam, alpha, gram, k + 1)
         if k < 1:
             k = 0
             break
@@ -244,7 +244,7 @@ def _wolfe(x, tol, p, idx, lam, alpha, gram, k, corral):
 
 
 @njit(nogil=True, cache=True)
-def _minor_cycles(x, idx, lam, alpha, gram, k):
+def minor_cycles(x, idx, lam, alpha, gram, k):
     """Wolfe's minor cycles: from the convex weights lam[:k] of the points idx[:k], move towards
     their affine minimiser, dropping points, until it has positive weights; the new k (0 where
     an affine system is singular)."""

@@ -55,7 +55,7 @@ def _trajectory(rng, x, draw_start, beta, att, sigma, h, layers, ckpt, times, ep
 
     As stochastic._trajectory: x (n, d); ckpt (nt,) int64, times (nt,); out `SphereOutcomes`;
     states (ntraj, nt, n, d) NaN-filled, or (ntraj, 0, n, d) to skip them; window: early
-    stopping's window (0: off; `stochastic` module docstring).
+    stopping's window (0: off; `stochastic.transformer` module docstring).
     """
     n, d = x.shape
     keep = states.shape[1] > 0
@@ -140,7 +140,7 @@ def simulate_hybrid(rngs, *, n, d, beta, sigma, T, layers, checkpoint_layers, at
     """Simulate len(rngs) trajectories of the hybrid noise model; one Generator each.
 
     Returns the arrays described by OUTPUTS: (ntraj, nt) per checkpoint, (ntraj,) otherwise.
-    stop_when_resolved, resolved_window: early stopping (`stochastic` module docstring);
+    stop_when_resolved, resolved_window: early stopping (`stochastic.transformer` module docstring);
     threads: trajectories run on this many threads (results do not depend on it).
     x0: optional (ntraj, n, d) starts already drawn (as in `simulate_stochastic_transformer`).
     record, record_bins, direction: observables also returned (`observables`).

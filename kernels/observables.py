@@ -13,7 +13,7 @@ For unit tokens x_1..x_n with overlaps G_ij = <x_i, x_j>, at each checkpoint:
   does not (0 in the hull) has no such direction: v is then its normalised mean (e_1 if 0);
 - consensus_error: 1 - (1/n) sum_i <x_1, x_i> ([RST] Eq. (25), Fig. 4), and consensus_error_abs:
   1 - (1/n) sum_i |<x_1, x_i>|, which also vanishes on antipodal configurations;
-- energy: E_beta = (1/(2 beta n^2)) sum_ij exp(beta G_ij) (`sphere_outcomes.energy`; the sphere
+- energy: E_beta = (1/(2 beta n^2)) sum_ij exp(beta G_ij) (`sphere.checkpoints.energy`; the sphere
   flow records it always).
 
 A kernel's record holds one array per observable, allocated (ntraj, 0, ...) when not asked for
@@ -29,9 +29,9 @@ from . import (
     cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
     vocabulary,
 )
-from .hemisphere import _minor_cycles
+from .hemisphere import minor_cycles
 from .outcomes import RECORD_FIELDS, allocate_outputs  # noqa: F401  (RECORD_FIELDS re-exported)
-from .sphere_outcomes import energy
+from .sphere.checkpoints import energy
 
 OBSERVABLES = vocabulary.OBSERVABLES
 RECORD_NAMES = vocabulary.RECORD_NAMES
@@ -68,7 +68,7 @@ def min_norm_point(x, p):
         if known:
             break  # no progress possible at this precision
         idx[k], lam[k] = best, 0.0
-        k = _minor_cycles(x, idx, lam, alpha, gram, k + 1)
+        k = minor_cycles(x, idx, lam, alpha, gram, k + 1)
         if k < 1:
             break
     return np.sqrt(np.dot(p, p))

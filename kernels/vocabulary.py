@@ -11,7 +11,7 @@ Outputs. An `OutputSpec` describes one returned array: (ntraj, nt) if per checkp
 `token`, `component`), its dtype, its CF attributes and `missing`, the value the kernels' output
 arrays are allocated with: a checkpoint that a trajectory never reaches (its state became
 non-finite first) keeps it. The mathematics of each output is in the module that computes it
-(`outcomes`, `sphere_flow`, `euclidean_flow`, `observables`).
+(`outcomes`, `sphere.flow`, `euclidean.flow`, `observables`).
 """
 
 from __future__ import annotations
@@ -165,9 +165,9 @@ SPHERE_FLOW_ATTENTIONS = ("sa", "usa", "causal_sa", "causal_usa", "hardmax", "ca
 SPHERE_FLOW_INTEGRATORS = ("euler", "heun", "rk4")
 SPHERE_FLOW_INITS = ("uniform_sphere", "hemisphere", "equiangular")
 FLOW_PRECISIONS = ("float64", "float32")  # arithmetic of the deterministic flows' state
-SPHERE_FLOW_DEVICES = ("cpu", "cuda")  # the numba kernels, or `sphere_torch` on a CUDA GPU
+SPHERE_FLOW_DEVICES = ("cpu", "cuda")  # the numba kernels, or `sphere.gpu` on a CUDA GPU
 QK_ENSEMBLES = ("identity", "ginibre", "goe", "wigner", "wishart")
-LAYER_NORMS = ("post", "pre", "peri", "ngpt")  # `sphere_norms`
+LAYER_NORMS = ("post", "pre", "peri", "ngpt")  # `sphere.norms`
 ENSEMBLE_SCALINGS = ("normalised", "authors")  # `ensembles.authors_scaling`
 VALUE_ENSEMBLES = ("identity", "minus_identity", "ginibre", "goe", "wigner", "wishart", "qk")
 

@@ -1,5 +1,5 @@
 """Schemes of the flow in R^d [GLPR-E]: accuracy of Euler / RK4, the discrete-time transformer of
-Remark 4, several heads and drawn value matrices (kernels/euclidean_schemes.py).
+Remark 4, several heads and drawn value matrices (kernels/euclidean/schemes.py).
 
 - Convergence: the error at T against RK4 at h = 1/2000 falls like h (Euler) and h^4 (RK4) for
   collapsing (V = -I), diverging (V = I) and mixed (Fig. 6) tokens.
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from scipy.spatial import ConvexHull
 
-from tokensweep.kernels import euclidean_flow as ef
-from tokensweep.kernels.euclidean_flow import simulate_euclidean_flow
+from tokensweep.kernels.euclidean import flow as ef
+from tokensweep.kernels.euclidean.flow import simulate_euclidean_flow
 
 V_FIG6 = np.array([[0.647, 0.819], [0.612, 0.633]])
 

@@ -5,16 +5,13 @@ spec and in the report), heads, drawn V, the discrete transformer; bad values ex
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 import xarray as xr
 import yaml
 
-from tokensweep.kernels.euclidean_flow import simulate_euclidean_flow
+from tokensweep.kernels.euclidean.flow import simulate_euclidean_flow
 from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.models import get_model
@@ -22,10 +19,10 @@ from tokensweep.pipeline.models.euclidean_flow import good_triple
 from tokensweep.pipeline.plugin import ReportInput
 from tokensweep.pipeline.report.geometry import geometry_section
 from tokensweep.pipeline.seeds import trajectory_rngs
-from tokensweep.pipeline.spec.load import parse_sweep, sweep_from_json
 from tokensweep.pipeline.spec.base import SPEC_ATTR
-from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.spec.load import parse_sweep, sweep_from_json
 from tokensweep.pipeline.store.compat import spec_differences
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 BASE = {"name": "e", "model": "euclidean_flow", "grid": {"beta": 1.0, "d": 2, "n": 6},
         "time": {"T": 2.0, "layers": 20, "checkpoints": 4}, "trajectories": 4, "seed": 3}
@@ -55,13 +52,12 @@ def test_bad_values_are_refused_naming_the_field(changes, message):
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
-def test_cli_exits_2_with_one_line_before_any_compute(tmp_path):
+def test_cli_exits_2_with_one_line_before_any_compute(tmp_path, cli):
     spec = tmp_path / "bad.yaml"
     spec.write_text(yaml.safe_dump({**BASE, "integrator": "discrete", "V": "minus_identity",
                                     "time": {"T": 10.0, "layers": 10},
                                     "store": str(tmp_path / "s.zarr")}))
-    result = subprocess.run([shutil.which("tokensweep"), "run", str(spec)], capture_output=True,
-                            text=True, env={**os.environ, "COLUMNS": "400"}, timeout=120)
+    result = cli("run", spec, env_extra={"COLUMNS": "400"})
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     assert "integrator: 'discrete' rescales by R = I + hV" in result.stderr

@@ -11,13 +11,12 @@ from decimal import Decimal, getcontext
 
 import numpy as np
 import pytest
+from numpy_reference import ref_log_boolean_defect
 from scipy.linalg import expm as scipy_expm
 from scipy.spatial import ConvexHull
 
-from numpy_reference import ref_log_boolean_defect
-
-from tokensweep.kernels import euclidean_flow as ef
-from tokensweep.kernels.euclidean_flow import OUTPUTS, simulate_euclidean_flow
+from tokensweep.kernels.euclidean import flow as ef
+from tokensweep.kernels.euclidean.flow import OUTPUTS, simulate_euclidean_flow
 from tokensweep.kernels.outcomes import allocate_outputs
 from tokensweep.pipeline.analysis.geometry import (
     attention_rank_and_booleanness,
@@ -316,8 +315,7 @@ def test_d1_boolean_defect_decays_doubly_exponentially(V):
       affine in e^{Vt} (to the same 1e-3).
     V = 0.5 is the V = 1 flow in time s = Vt (same logits, same steps), so it checks that the
     rate scales with V and that the window and the margin are in units of 1/V."""
-    from tokensweep.pipeline.analysis.boolean_rate import (r2_bound, single_exponential_r2,
-                                                           slope_bound, trajectory_fits)
+    from tokensweep.pipeline.analysis.boolean_rate import r2_bound, single_exponential_r2, slope_bound, trajectory_fits
 
     T, layers = 16.0 / V, 320
     ckpt = np.arange(0, layers + 1, 5)

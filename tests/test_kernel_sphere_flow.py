@@ -1,4 +1,4 @@
-"""Deterministic attention flows on the sphere (kernels/sphere_flow.py, kernels/ensembles.py).
+"""Deterministic attention flows on the sphere (kernels/sphere/flow.py, kernels/ensembles.py).
 
 - NumPy reference: a vectorised re-implementation that consumes the same random numbers, compared
   state by state with the numba kernel (every attention, integrator, ensemble, two heads).
@@ -16,8 +16,8 @@ from scipy.optimize import linprog
 from scipy.special import comb
 
 from tokensweep.kernels import ensembles as ens
-from tokensweep.kernels import sphere_flow as sf
-from tokensweep.kernels.sphere_flow import OUTPUTS, simulate_sphere_flow
+from tokensweep.kernels.sphere import flow as sf
+from tokensweep.kernels.sphere.flow import OUTPUTS, simulate_sphere_flow
 
 # --------------------------------------------------------------------------------------------
 # NumPy reference (same draws, same order as documented in kernels/ensembles.py)
@@ -455,13 +455,13 @@ def test_hemisphere_memory_gives_the_cold_answer():
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gram_blocks_are_the_full_product(dtype):
-    # kernels/gemm.py: the Gram's upper blocks by BLAS on sub-blocks against the full np.dot.
+    # kernels/lowlevel/gemm.py: the Gram's upper blocks by BLAS on sub-blocks against the full np.dot.
     # Bit for bit where OpenBLAS accumulates every entry as one fma chain over k whatever the
     # block (Intel CPUs; float64 on AMD EPYC too); elsewhere (float32 on AMD EPYC) within the
     # error bound of two evaluations of a d-term dot product: 2 d eps sum_k |x_ki| |x_kj|
     from numba import njit
 
-    from tokensweep.kernels.gemm import BLOCK, gram_upper
+    from tokensweep.kernels.lowlevel.gemm import BLOCK, gram_upper
 
     @njit
     def full(xt, g):
@@ -482,8 +482,9 @@ def test_gram_blocks_are_the_full_product(dtype):
 
 
 def test_vectorised_exponentials():
-    from tokensweep.kernels import vecmath
     from numba import njit
+
+    from tokensweep.kernels.lowlevel import vecmath
 
     @njit
     def apply(x):

@@ -1,4 +1,4 @@
-"""Noise on the sphere flow (kernels/sphere_noise.py): independent and common Brownian noise.
+"""Noise on the sphere flow (kernels/sphere/noise.py): independent and common Brownian noise.
 
 - sigma = 0 is the deterministic run, bit for bit;
 - a NumPy reference on the same random numbers, step by step;
@@ -16,7 +16,7 @@ import pytest
 from scipy import integrate, stats
 from test_kernel_sphere_flow import normalise, ref_field, ref_weights
 
-from tokensweep.kernels.sphere_flow import simulate_sphere_flow
+from tokensweep.kernels.sphere.flow import simulate_sphere_flow
 
 
 def run(seeds, **kw):

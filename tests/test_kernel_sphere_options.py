@@ -1,4 +1,4 @@
-"""Options of the sphere flow kernel (kernels/sphere_drift.py): a turning value matrix V(t) and
+"""Options of the sphere flow kernel (kernels/sphere/drift.py): a turning value matrix V(t) and
 hardmax attention.
 
 - V(t) = R(t) V R(t)^T, R(t) the rotation by omega t in the (e_1, e_2) plane ([RST] Thm 5.3):
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from test_kernel_sphere_flow import normalise, ref_field, ref_step, ref_weights
 
-from tokensweep.kernels.sphere_flow import simulate_sphere_flow
+from tokensweep.kernels.sphere.flow import simulate_sphere_flow
 
 
 def states(seed, **kw):
@@ -161,7 +161,7 @@ def test_authors_scaling_is_ours_at_sqrt_d_beta_and_sqrt_d_time():
 
 
 # --------------------------------------------------------------------------------------------
-# layer_norm: post (today), pre, peri, ngpt (kernels/sphere_norms.py)
+# layer_norm: post (today), pre, peri, ngpt (kernels/sphere/norms.py)
 
 
 def ref_attention_output(x, beta, attention, m, v):
@@ -183,7 +183,7 @@ def ref_attention_output(x, beta, attention, m, v):
 
 def ref_layer_norm_run(seed, *, n, d, beta, T, layers, attention, heads, qk, value, layer_norm,
                        ngpt_alpha=0.2):
-    """The normalised tokens after every step (module docstring of `sphere_norms`)."""
+    """The normalised tokens after every step (module docstring of `sphere.norms`)."""
     rng = np.random.Generator(np.random.PCG64(seed))
     x = normalise(rng.standard_normal((n, d)))
     q, k, v = ref_weights(rng, heads, d, qk, value)

@@ -1,4 +1,4 @@
-"""The GPU path of the sphere flow (kernels/sphere_torch.py), run on torch's CPU device against the
+"""The GPU path of the sphere flow (kernels/sphere/gpu.py), run on torch's CPU device against the
 numba kernel on the same Generators (a GPU machine runs benchmarks/bench_sphere_gpu.py).
 
 Tolerances. Both paths evaluate the same formulas in float64 but not in the same order (BLAS vs
@@ -18,8 +18,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="the GPU path needs PyTorch (the `gpu` extra; CI "
                                             "installs the CPU wheel)")
 
-from tokensweep.kernels import observables, sphere_symmetric, sphere_torch  # noqa: E402
-from tokensweep.kernels.sphere_flow import SphereFlowOutcomes, simulate_sphere_flow  # noqa: E402
+from tokensweep.kernels import observables  # noqa: E402
+from tokensweep.kernels.sphere import gpu as sphere_torch  # noqa: E402
+from tokensweep.kernels.sphere import symmetric as sphere_symmetric  # noqa: E402
+from tokensweep.kernels.sphere.flow import SphereFlowOutcomes, simulate_sphere_flow  # noqa: E402
 
 TORCH_CPU = torch.device("cpu")
 EPS = 1e-3
@@ -202,7 +204,7 @@ def test_cuda_without_torch_says_so(monkeypatch):
 
 
 def test_importing_the_kernels_does_not_import_torch():
-    code = ("import sys, tokensweep.kernels.sphere_flow, tokensweep.kernels.sphere_torch; "
+    code = ("import sys, tokensweep.kernels.sphere.flow, tokensweep.kernels.sphere.gpu; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -9,10 +9,10 @@ import pytest
 from numpy_reference import ref_attention
 from scipy.stats import ks_2samp
 
-from tokensweep.kernels import stochastic
 from tokensweep.kernels.attention import householder_r
 from tokensweep.kernels.outcomes import OUTPUTS
-from tokensweep.kernels.stochastic import (
+from tokensweep.kernels.stochastic import transformer as stochastic
+from tokensweep.kernels.stochastic.transformer import (
     ATTENTIONS,
     NOISES,
     simulate_stochastic_states,

@@ -1,6 +1,6 @@
-"""The general stochastic path's exponentials by `fast_exp`: libm's bits, so the same outputs.
+"""The general stochastic path's exponentials by `lowlevel.fast_exp`: libm's bits, so the same outputs.
 
-`fast_exp.exp_array` reproduces glibc's exp (its FMA variant) bit for bit; the kernel uses it only
+`lowlevel.fast_exp.exp_array` reproduces glibc's exp (its FMA variant) bit for bit; the kernel uses it only
 where `matches_libm()` says so. Here: the array exp against numba's np.exp (libm) and against
 an extended-precision reference, and the whole kernel with and without it.
 """
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from numba import njit
 
-from tokensweep.kernels import fast_exp, stochastic
-from tokensweep.kernels.stochastic import ATTENTIONS, OUTPUTS, simulate_stochastic_states
+from tokensweep.kernels.lowlevel import fast_exp
+from tokensweep.kernels.stochastic import transformer as stochastic
+from tokensweep.kernels.stochastic.transformer import ATTENTIONS, OUTPUTS, simulate_stochastic_states
 
 
 @njit

@@ -1,7 +1,7 @@
-"""The lanes path (`stochastic_lanes`, 3 <= n <= 8, one token per SIMD lane) against the general
+"""The lanes path (`stochastic.lanes`, 3 <= n <= 8, one token per SIMD lane) against the general
 path bit for bit, against the plain-numpy reference, and its dispatch.
 
-The lanes path must reproduce `stochastic_general.trajectory` exactly: the same operations in the
+The lanes path must reproduce `stochastic.general.trajectory` exactly: the same operations in the
 same order per lane, including the degenerate branches of the Householder step (coincident tokens,
 sub-columns exactly zero), the exponents of beta = 1e3 (np.exp's own path), USA's log-scales,
 the overflow stop (value_std = 1e308), the sign of zeros and early stopping.
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from test_kernel_stochastic import ref_stochastic
 
-from tokensweep.kernels import fast_exp, stochastic
-from tokensweep.kernels.stochastic import OUTPUTS, simulate_stochastic_states
+from tokensweep.kernels.lowlevel import fast_exp
+from tokensweep.kernels.stochastic import transformer as stochastic
+from tokensweep.kernels.stochastic.transformer import OUTPUTS, simulate_stochastic_states
 
 pytestmark = pytest.mark.skipif(not fast_exp.matches_libm(),
                                 reason="fast_exp does not reproduce this machine's libm exp: "
@@ -109,7 +110,7 @@ def test_lanes_path_dispatch(monkeypatch):
 
 
 def pairs_and_one(monkeypatch, ntraj, **kw):
-    """Outputs with two trajectories side by side (`stochastic_pairs`) and one at a time."""
+    """Outputs with two trajectories side by side (`stochastic.pairs`) and one at a time."""
     rngs = lambda: [np.random.default_rng([6, i]) for i in range(ntraj)]  # noqa: E731
     pairs = simulate_stochastic_states(rngs(), **kw)
     monkeypatch.setattr(stochastic, "_PAIRS", False)

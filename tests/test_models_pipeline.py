@@ -50,7 +50,9 @@ def run_sync(spec: dict, store: Path):
 
 def test_spec_names_are_the_kernels_names():
     """Specs accept exactly the option names the kernels understand (both read kernels/vocabulary.py)."""
-    from tokensweep.kernels import ensembles, euclidean_flow, sphere_flow
+    from tokensweep.kernels import ensembles
+    from tokensweep.kernels.euclidean import flow as euclidean_flow
+    from tokensweep.kernels.sphere import flow as sphere_flow
 
     fields = SphereFlowSweep.model_fields
     assert fields["attention"].annotation.__args__ == sphere_flow.ATTENTIONS
@@ -58,8 +60,8 @@ def test_spec_names_are_the_kernels_names():
     assert fields["value"].annotation.__args__ == ensembles.VALUE_ENSEMBLES
     assert set(fields["integrator"].annotation.__args__) == set(sphere_flow.INTEGRATOR_CODES)
     from tokensweep.kernels import starts as kernel_starts
-    from tokensweep.pipeline.spec import starts
     from tokensweep.pipeline.models.sphere_flow import kernel_start
+    from tokensweep.pipeline.spec import starts
 
     own = {kernel_start(starts.Start(kind=kind)) for kind in ("uniform", "hemisphere", "equiangular")}
     assert own == set(ensembles.INIT_CODES)  # the sphere flow's kernel still draws its old kinds

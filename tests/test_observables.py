@@ -17,8 +17,8 @@ from scipy.optimize import minimize
 
 from tokensweep.kernels import observables
 from tokensweep.kernels.hybrid import simulate_hybrid_states
-from tokensweep.kernels.sphere_flow import simulate_sphere_flow
-from tokensweep.kernels.stochastic import simulate_stochastic_states
+from tokensweep.kernels.sphere.flow import simulate_sphere_flow
+from tokensweep.kernels.stochastic.transformer import simulate_stochastic_states
 from tokensweep.kernels.vocabulary import RECORD_NAMES
 
 ALL = tuple(name for name in RECORD_NAMES)

@@ -2,7 +2,6 @@
 the command line), absent by default (the stored spec and the seeds' axes stay as before), and
 passed to the kernel per cell."""
 
-import subprocess
 
 import pytest
 import yaml
@@ -97,10 +96,10 @@ def test_device_reaches_the_kernel_only_when_cuda():
     assert model.local_problem(parse_sweep(spec())) is None
 
 
-def test_cuda_on_a_machine_without_one_is_refused_before_computing(tmp_path):
+def test_cuda_on_a_machine_without_one_is_refused_before_computing(tmp_path, cli):
     """`run` on local workers and `plan` (its calibration computes here) exit 2 with one line;
     `plan --no-calibrate` plans."""
-    from tokensweep.kernels.sphere_torch import cuda_problem
+    from tokensweep.kernels.sphere.gpu import cuda_problem
 
     if cuda_problem() is None:
         pytest.skip("this machine has PyTorch with a CUDA GPU")
@@ -108,22 +107,19 @@ def test_cuda_on_a_machine_without_one_is_refused_before_computing(tmp_path):
     path.write_text(yaml.safe_dump(spec(device="cuda")))
     store = str(tmp_path / "gpu.zarr")
     for command in (["run", str(path), "--store", store], ["plan", str(path), "--store", store]):
-        result = subprocess.run(["tokensweep", *command], capture_output=True, text=True,
-                                cwd=tmp_path, timeout=300)
+        result = cli(*command, cwd=tmp_path)
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert result.stderr.startswith("error: device: cuda needs PyTorch with a CUDA GPU on "
                                         "the worker: "), result.stderr
     assert not (tmp_path / "gpu.zarr").exists()
-    result = subprocess.run(["tokensweep", "plan", str(path), "--store", store, "--no-calibrate"],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    result = cli("plan", path, "--store", store, "--no-calibrate", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
 
 
-def test_the_command_line_exits_2_with_one_line(tmp_path):
+def test_the_command_line_exits_2_with_one_line(tmp_path, cli):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(spec(noise="common", grid={"sigma": [-1]})))
-    result = subprocess.run(["tokensweep", "run", str(path)], capture_output=True, text=True,
-                            cwd=tmp_path, timeout=300)
+    result = cli("run", path, cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     assert "grid.sigma" in result.stderr and "remove them" in result.stderr

@@ -8,15 +8,11 @@ also has a wrong law it must reject, so it has power.
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
 import xarray as xr
 import yaml
 from scipy import stats
-
-from conftest import TOKENSWEEP
 
 from tokensweep.kernels.starts import draw_start, draw_starts
 from tokensweep.pipeline.analysis.stats import wilson_interval
@@ -27,9 +23,9 @@ from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.seeds import trajectory_rngs
 from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
 from tokensweep.pipeline.spec.starts import load_file, starts_of
-from tokensweep.pipeline.store.lifecycle import prepare_store
-from tokensweep.pipeline.store.cube import stored_sweep
 from tokensweep.pipeline.store.compat import growth
+from tokensweep.pipeline.store.cube import stored_sweep
+from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.theory import antipodal_probability, antipodal_probability_given_overlap
 
 KS_LEVEL = 1e-3
@@ -75,7 +71,8 @@ def test_hemisphere_random_v_is_drawn_first_and_uniform():
 
 
 def test_hemisphere_about_e1_is_the_sphere_flows_old_start_bit_for_bit():
-    from tokensweep.kernels.ensembles import HEMISPHERE, draw_start as kernel_draw
+    from tokensweep.kernels.ensembles import HEMISPHERE
+    from tokensweep.kernels.ensembles import draw_start as kernel_draw
 
     for g, h in zip(rngs(20), rngs(20)):
         x = np.empty((7, 3))
@@ -126,7 +123,7 @@ def test_a_start_given_as_x0_continues_the_kernels_own_stream():
     """The kernels' uniform start is the first n*d normals of the Generator, normalised: drawn
     here (a gaussian start of std 1), passed as x0 (whose rows the kernel normalises) and
     continued from the same Generators, it gives the kernel's own outputs bit for bit."""
-    from tokensweep.kernels.stochastic import simulate_stochastic_transformer
+    from tokensweep.kernels.stochastic.transformer import simulate_stochastic_transformer
 
     args = dict(n=3, d=4, beta=1.5, T=1.0, layers=50, checkpoint_layers=[25, 50])
     own = simulate_stochastic_transformer(rngs(6), **args)
@@ -143,8 +140,8 @@ def test_old_starts_give_the_kernels_numbers(model, init):
     """The default and the sphere flow's old start names run the kernel's own draw, unchanged:
     the plug-in's outputs equal the kernel called as before this field existed."""
     from tokensweep.kernels.hybrid import simulate_hybrid
-    from tokensweep.kernels.sphere_flow import simulate_sphere_flow
-    from tokensweep.kernels.stochastic import simulate_stochastic_transformer
+    from tokensweep.kernels.sphere.flow import simulate_sphere_flow
+    from tokensweep.kernels.stochastic.transformer import simulate_stochastic_transformer
 
     sweep = spec(model, init=init, grid={"n": 3})
     coords = {"beta": 1.0, "d": 4, "n": 3, **({"sigma": 1.0} if model == "hybrid" else {})}
@@ -270,13 +267,12 @@ def test_a_file_that_does_not_fit_the_grid_is_refused(tmp_path, shape, fields, m
     ({"kind": "overlap", "rho0": -2}, "init.rho0: Input should be greater than or equal to -1"),
     ({"kind": "file", "path": "starts.npy"}, "init.path: "),
 ])
-def test_the_cli_exits_2_with_one_line_for_a_bad_init(tmp_path, init, fragment):
+def test_the_cli_exits_2_with_one_line_for_a_bad_init(tmp_path, init, fragment, cli):
     (tmp_path / "starts.npy").write_bytes(b"not an array")
     data = {"name": "bad", "model": "stochastic_transformer", "grid": {"beta": 1.0, "d": 3, "n": 2},
             "time": TIME, "trajectories": 2, "init": init}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(data))
-    result = subprocess.run([TOKENSWEEP, "run", "spec.yaml"], capture_output=True, text=True,
-                            cwd=tmp_path, timeout=120)
+    result = cli("run", "spec.yaml", cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
     assert result.stderr.startswith("error: " + fragment) and result.stderr.count("\n") == 1, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml", "starts.npy"]
@@ -338,7 +334,7 @@ def test_a_given_start_continues_the_sphere_flows_stream(qk):
     the same numbers as the kernel's own hemisphere start; the random matrices (goe) are drawn
     after it from the same Generator: the plug-in equals the kernel's own old path bit for bit,
     on the fixed-weight path and on the per-trajectory one."""
-    from tokensweep.kernels.sphere_flow import simulate_sphere_flow
+    from tokensweep.kernels.sphere.flow import simulate_sphere_flow
 
     sweep = spec("sphere_flow", init={"kind": "hemisphere", "v": [1, 0, 0]}, qk=qk, grid={"d": 3, "n": 5})
     got = get_model("sphere_flow").simulate(sweep, {"beta": 1.0, "d": 3, "n": 5}, rngs(4))

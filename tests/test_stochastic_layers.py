@@ -11,7 +11,7 @@ import pytest
 import xarray as xr
 from conftest import output_cube, reference_cube
 
-from tokensweep.kernels.stochastic import simulate_stochastic_transformer
+from tokensweep.kernels.stochastic.transformer import simulate_stochastic_transformer
 from tokensweep.pipeline.analysis.antipodal import antipodal_table
 from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.execute import pending_partitions, run_partition

@@ -11,9 +11,9 @@ import pytest
 from numpy_reference import ref_attention
 from scipy.stats import norm
 
-from tokensweep.kernels import stochastic
 from tokensweep.kernels.attention import VALUE_LAW_CODES, value_draws
-from tokensweep.kernels.stochastic import simulate_stochastic_states, simulate_stochastic_transformer
+from tokensweep.kernels.stochastic import transformer as stochastic
+from tokensweep.kernels.stochastic.transformer import simulate_stochastic_states, simulate_stochastic_transformer
 from tokensweep.pipeline import theory
 from tokensweep.pipeline.analysis.stats import wilson_interval
 from tokensweep.pipeline.models import stochastic_transformer as plugin

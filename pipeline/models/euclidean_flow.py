@@ -209,7 +209,7 @@ class EuclideanFlow(Model):
     report_facts = ("V", "Q", "K", "heads", "integrator", "init")
 
     def simulate(self, sweep, coords, rngs):
-        from ...kernels.euclidean_flow import simulate_euclidean_flow
+        from ...kernels.euclidean.flow import simulate_euclidean_flow
 
         d = int(coords["d"])
         out = simulate_euclidean_flow(

@@ -44,7 +44,7 @@ class SphereFlowGrid(Grid):
 class SphereFlowSweep(RecordingSweep, StartSweep):
     """Deterministic attention flow on the sphere [GLPR-P, RST]: dx_i/dt = P_{x_i}(A_i(X)).
 
-    Defaults are the kernel's (kernels/sphere_flow.py): SA, retraction Euler, one head,
+    Defaults are the kernel's (kernels/sphere/flow.py): SA, retraction Euler, one head,
     Q = K = V = I, uniform start, frac_close threshold delta = 1e-3. `init`: the shared start field
     (`pipeline/spec/starts.py`); the old names uniform_sphere, hemisphere (about e1), equiangular are
     read as before and give the same numbers.
@@ -58,7 +58,7 @@ class SphereFlowSweep(RecordingSweep, StartSweep):
     partition's trajectories on that many threads (same results, bit for bit).
 
     `device: cuda` integrates a partition's trajectories on a CUDA GPU with PyTorch
-    (`kernels/sphere_torch.py`; the `gpu` extra), for what the symmetric CPU path covers: Euler,
+    (`kernels/sphere/gpu.py`; the `gpu` extra), for what the symmetric CPU path covers: Euler,
     SA / USA (causal or not), Q = K = I, V = +-I, one head, beta >= 0, nothing time-varying,
     noisy or turning, post-LN; any other configuration is refused here, naming the field. The
     starts are the CPU's numbers and the outcomes the CPU's numba functions (on `threads` host
@@ -215,13 +215,13 @@ class SphereFlow(Model):
         """device: cuda where this process's torch sees no CUDA GPU: why, in one line."""
         if sweep.device != "cuda":
             return None
-        from ...kernels.sphere_torch import NEEDS_CUDA, cuda_problem
+        from ...kernels.sphere.gpu import NEEDS_CUDA, cuda_problem
 
         problem = cuda_problem()
         return None if problem is None else f"{NEEDS_CUDA}: {problem}"
 
     def simulate(self, sweep, coords, rngs):
-        from ...kernels.sphere_flow import simulate_sphere_flow
+        from ...kernels.sphere.flow import simulate_sphere_flow
 
         x0 = None if kernel_start(sweep.init) else starts_of(sweep, coords, rngs)
         return simulate_sphere_flow(rngs, **self.kernel_arguments(sweep, coords), x0=x0)

@@ -65,7 +65,7 @@ class StochasticTransformerSweep(RecordingSweep, StartSweep):
     scheme: Literal[SCHEMES] = "discrete"
     value_std: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     noise: Literal[vocabulary.NOISES] = "gaussian"
-    # early stopping (kernels/stochastic.py docstring): a trajectory with one resolved class at
+    # early stopping (kernels/stochastic/transformer.py docstring): a trajectory with one resolved class at
     # resolved_window consecutive checkpoints stops; later checkpoints repeat that checkpoint
     stop_when_resolved: bool = False
     resolved_window: int = Field(default=2, ge=1)
@@ -155,7 +155,7 @@ class StochasticTransformer(Model):
     report_facts = ("scheme", "noise", "value_law", "qk")  # which variant ran (docs/models.md 4.4)
 
     def simulate(self, sweep, coords, rngs):
-        from ...kernels.stochastic import simulate_stochastic_transformer
+        from ...kernels.stochastic.transformer import simulate_stochastic_transformer
 
         return simulate_stochastic_transformer(
             rngs, **sphere_cell(coords), value_std=sweep.value_std, attention=sweep.attention,

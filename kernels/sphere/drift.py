@@ -1,11 +1,11 @@
-"""Drift and one integration step of the sphere attention flows (`sphere_flow`, docs/models.md sections 1, 2, 6).
+"""Drift and one integration step of the sphere attention flows (`sphere.flow`, docs/models.md sections 1, 2, 6).
 
 State x (n, d), tokens as rows. The drift is evaluated in the transposed layout (xt, at, ft: (d, n))
 with the weight matrix stored key-major, e[j, i] = weight of key j for query i, so that every
 elementwise loop runs over the contiguous query index i with no reduction in it and vectorises
 without reassociation (no fastmath). The three products, logits e = x (P^T xt) (Q = K = I: the Gram
 x xt), the weighted sum at = xt e and, for general values, V_h at, are 2-D `np.dot` calls (float64,
-or float32: every function here takes either, `vecmath.vexp` picks the exponential), which numba
+or float32: every function here takes either, `lowlevel.vecmath.vexp` picks the exponential), which numba
 hands to the BLAS gemm that scipy ships (OpenBLAS): it returns the same bits for the
 same inputs on the same machine (checked here with 1 and 2 OpenBLAS threads: threads split the
 output, not the sums), so runs stay deterministic; they agree with a plain NumPy evaluation to
@@ -15,7 +15,7 @@ with the retraction.
 
 Causal attention keeps the full products and sets e[j, i] = 0 for keys j > i: they add exact zeros.
 
-Stable evaluation: see `sphere_flow`. With Q = K = I (not time-varying, beta >= 0) the shift is the
+Stable evaluation: see `sphere.flow`. With Q = K = I (not time-varying, beta >= 0) the shift is the
 common constant beta max_k |x_k|^2 (the Gram's largest diagonal entry), the exponentials are taken
 on the upper triangle j <= i only and mirrored, so the weight matrix is exactly symmetric.
 """
@@ -23,8 +23,8 @@ on the upper triangle j <= i only and mirrored, so the weight matrix is exactly 
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from .vecmath import exp_vec, fma, tiny_like, vexp  # noqa: F401  (exp_vec, fma: re-exported)
+from .. import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from ..lowlevel.vecmath import exp_vec, fma, tiny_like, vexp  # noqa: F401  (exp_vec, fma: re-exported)
 
 SA = 0
 USA = 1
@@ -52,7 +52,7 @@ def _weights(x, t, h, par, mats, ws):
     beta, kind, causal, qk_identity, tv_mode, log_scale0 = par[0], par[1], par[2], par[3], par[5], par[6]
     m = mats[0]
     amp, omega, phase = mats[2], mats[3], mats[4]
-    xt, yt, at, bt, ft, e, tot, mx, lsh, u1, u2, mt = ws  # `sphere_flow.workspace`
+    xt, yt, at, bt, ft, e, tot, mx, lsh, u1, u2, mt = ws  # `sphere.flow.workspace`
     n, d = x.shape
     symmetric = qk_identity and tv_mode == TV_NONE and beta >= 0.0 and kind != HARDMAX
     if symmetric:
@@ -157,7 +157,7 @@ def _rotated_value(vh, at, yt, bt, angle):
 
 
 @njit(nogil=True, cache=True)
-def _head_sum(x, t, par, mats, ws, ls):
+def head_sum(x, t, par, mats, ws, ls):
     """fs[:, i] = exp(-ls_i) sum_h exp(lsh_i) V_h A^h_i in the transposed layout (d, n); fills xt.
 
     Returns fs, one of the workspace's (d, n) arrays (at, bt or ft); ls: (n,) output log-scales.
@@ -222,17 +222,17 @@ def _radial(xt, fs, dot):
 
 @njit(nogil=True, cache=True)
 def drift(x, t, par, mats, ws, f, ls):
-    """Drift of all tokens as f_i = exp(ls_i) * fhat_i (`sphere_flow` docstring).
+    """Drift of all tokens as f_i = exp(ls_i) * fhat_i (`sphere.flow` docstring).
 
     x: (n, d) states (on or near the sphere). t: time. par: (beta, kind SA|USA|HARDMAX, causal,
     qk_identity, v_code, tv_mode, log_scale0, value_rotation omega, hardmax tie tolerance).
-    mats: (m (H, d, d) = Q^T K per head, v (H, d, d), amp, omega, phase (H, d)). ws: `sphere_flow.workspace(n, d, H)`. f: (n, d) output fhat; ls: (n,) output
+    mats: (m (H, d, d) = Q^T K per head, v (H, d, d), amp, omega, phase (H, d)). ws: `sphere.flow.workspace(n, d, H)`. f: (n, d) output fhat; ls: (n,) output
     log-scales.
     """
     causal, v_code = par[2], par[4]
     xt, tot = ws[0], ws[6]
     n, d = x.shape
-    fs = _head_sum(x, t, par, mats, ws, ls)
+    fs = head_sum(x, t, par, mats, ws, ls)
     _radial(xt, fs, tot)  # tangent projection P_{x_i}, back to the (n, d) layout
     for i in range(n):
         for k in range(d):
@@ -249,7 +249,7 @@ def euler_step(x, t, h, par, mats, ws, ls):
     causal, v_code = par[2], par[4]
     xt, yt, at, bt, ft, e, dot, fx, fa, norm2, moved, mt = ws
     n, d = x.shape
-    fs = _head_sum(x, t, par, mats, ws, ls)
+    fs = head_sum(x, t, par, mats, ws, ls)
     _radial(xt, fs, dot)
     for i in range(n):  # x_i + h e^{ls_i} inc_i, the scale on the side where it is <= 1
         if ls[i] > 0.0:

@@ -1,15 +1,15 @@
 """The general stochastic path for 3 <= n <= 8 tokens, one token per SIMD lane: bit-identical.
 
-`stochastic_general.trajectory` keeps the state as rows x (n, d): every sum over coordinates (the
+`stochastic.general.trajectory` keeps the state as rows x (n, d): every sum over coordinates (the
 overlaps, the Householder dot products and norms, the row norms) is a chain of dependent adds,
 a few run side by side at best. Here the state is kept transposed, xt (d, 8) with token i in
 lane i (lanes n..7 are zero), and each of those sums runs for all tokens at once in one vector
-register (`lanes`): the same operations in the same order per lane, so the same bits as the
+register (`lowlevel.simd`): the same operations in the same order per lane, so the same bits as the
 general path (tests/test_kernel_stochastic_lanes.py compares the two on many cells):
 
 - overlaps: row i of G is sum_k x_ki * xt[k, :], eight accumulators over k;
 - attention (SA, USA): G is symmetric to the bit, so row j of G holds <x_i, x_j> in lane i: the
-  logits' maxima, exponentials (`lanes.exp`, fast_exp's formula) and row sums of all tokens run
+  logits' maxima, exponentials (`lowlevel.simd.exp`, fast_exp's formula) and row sums of all tokens run
   across lanes, j in order; Ahat^T[k, :] = sum_j w[:, j] x_jk over j in order, four k side by side;
 - Householder R of A = Ahat^T (d x n): A's columns are the lanes, so the dot products
   u^T A[:, j] and the reflections of all columns run as one vector chain over the rows i >= k
@@ -23,7 +23,7 @@ general path (tests/test_kernel_stochastic_lanes.py compares the two on many cel
 The state is transposed back to rows only at checkpoints (outcomes, observables, states).
 
 Where the time goes (n = 8, ns per step, `benchmarks/bench_stochastic.py`, one core, load ~15;
-an earlier machine, whose draws were 3x faster than those measured in `stochastic_pairs`):
+an earlier machine, whose draws were 3x faster than those measured in `stochastic.pairs`):
 
     d  | draws  overlaps  attention     R  noise  step | kernel  (general path)
     4  |    51        11         90    86     10    28 |    364  (1036)
@@ -33,33 +33,32 @@ an earlier machine, whose draws were 3x faster than those measured in `stochasti
 What is left besides the draws is mostly the Householder R: per column two dependent vector
 chains over the rows (the dot products, then the next column's norm: 2 (d - k) adds at the
 adder's latency, with a sqrt and a division between), so it runs near its latency bound. Only
-independent work beside it hides that: `stochastic_pairs` runs two trajectories per pass (the
+independent work beside it hides that: `stochastic.pairs` runs two trajectories per pass (the
 default where a call has two or more; this module then runs an odd last one, and the survivor
 of a pair whose other trajectory ended, `continue_lanes`); fewer dependent operations would
 need a factor of the n x n Gram (another random stream). Tried, no gain: drawing the
 layer's normals one by one inside the Householder loops (the call into numpy's generator
 clobbers the vector registers: 30-50 % slower); eight rows side by side in Ahat and the noise.
 Taken for the defaults only (gaussian law and noise, Q = K = I, SA or USA, discrete scheme,
-`fast_exp` matching libm); everything else runs `stochastic_general.trajectory`.
+`lowlevel.fast_exp` matching libm); everything else runs `stochastic.general.trajectory`.
 """
 
 import numpy as np
 from numba import njit
 
-from . import (
+from .. import (
     cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
     observables,
 )
-from .attention import USA, gram, normalize_row, normalize_rows, uniform_start
-from .fast_exp import HEAD, TAIL
-from .lanes import (
+from ..attention import USA, gram, normalize_row, normalize_rows, uniform_start
+from ..lowlevel.fast_exp import HEAD, TAIL
+from ..lowlevel.simd import (
     WIDTH,
     add,
     all_normal,
     div,
     exp,
     exp_is_rare,
-    lane,
     load,
     load_as,
     max_of,
@@ -71,8 +70,9 @@ from .lanes import (
     sub,
     width_of,
 )
-from .outcomes import finish_trajectory, record_overlaps, resolved_for
-from .stochastic_general import stop
+from ..outcomes import finish_trajectory, record_overlaps, resolved_for
+from .general import stop
+from .householder import householder_lanes
 
 MAX_TOKENS = WIDTH
 
@@ -105,11 +105,11 @@ def gram_lanes(xt, g8):
 def attention_weights(g, n, beta, kind, logscale, expo, wt, mask, zero):
     """The attention weights of every token, one per lane, from the overlaps g (8, w): wt[w j + q]
     = w_qj, logscale the c_q; returns the factor of Ahat per lane (1 / the row sum for SA, the
-    mask for USA). w = 8 (one trajectory) or 16 (two, `stochastic_pairs`): zero, splat(0.0) of
+    mask for USA). w = 8 (one trajectory) or 16 (two, `stochastic.pairs`): zero, splat(0.0) of
     that width, chooses (not cached: lanes values are its arguments; inlined into the callers).
 
     G is symmetric to the bit, so lane i of row j of g is <x_i, x_j>: the maxima, exponents and
-    row sums of all tokens run across lanes, j in order; the exponentials by `lanes.exp`
+    row sums of all tokens run across lanes, j in order; the exponentials by `lowlevel.simd.exp`
     (fast_exp's formula, libm's bits), np.exp where it is not libm's (as exp_array).
     """
     w = width_of(zero)
@@ -180,55 +180,6 @@ def attention_lanes(xt, g8, n, beta, kind, ahat_t, logscale, expo, wt, mask, nor
             nrm = add(nrm, mul(s0, s0))
         k += 1
     store(norms, 0, nrm)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def householder_lanes(at, n, rl, norms):
-    """`value_noise.householder_r` of A = at (d, 8) (column j of A in lane j), LAPACK signs.
-
-    at is overwritten. rl (r, 8), r = min(n, d): row k of R in lanes 0..n-1, zeros elsewhere
-    (lanes < k are R's exact zeros, lanes >= n padding). norms (8,): lane 0 the sum of the
-    squares of A[1:, 0] (`attention_lanes`).
-    """
-    d = at.shape[0]
-    r = min(n, d)
-    next_norms = load(norms, 0)
-    have_next = True
-    for k in range(r):
-        alpha = at[k, k]
-        if have_next:
-            xnorm2 = lane(next_norms, k)
-        else:
-            xnorm2 = 0.0
-            for i in range(k + 1, d):
-                xnorm2 += at[i, k] * at[i, k]
-        have_next = False
-        if xnorm2 == 0.0:
-            rkk = alpha  # H = I (LAPACK tau = 0)
-        else:
-            rkk = -np.copysign(np.sqrt(alpha * alpha + xnorm2), alpha)
-            u0 = alpha - rkk
-            at[k, k] = u0
-            unorm2 = u0 * u0 + xnorm2
-            if k + 1 < n:
-                s = splat(0.0)
-                for i in range(k, d):
-                    s = add(s, mul(splat(at[i, k]), load(at, i * WIDTH)))
-                f = div(mul(splat(2.0), s), splat(unorm2))
-                nrm = splat(0.0)
-                for i in range(k, d):
-                    # u_i is read before row i is written (lane k is reflected too, unread later)
-                    y = sub(load(at, i * WIDTH), mul(f, splat(at[i, k])))
-                    store(at, i * WIDTH, y)
-                    if i >= k + 2:
-                        nrm = add(nrm, mul(y, y))
-                next_norms = nrm
-                have_next = True
-        for j in range(k):
-            rl[k, j] = 0.0
-        rl[k, k] = rkk
-        for j in range(k + 1, n):
-            rl[k, j] = at[k, j]
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -343,7 +294,7 @@ def _to_rows(xt, x):
 @njit(nogil=True, cache=True)
 def trajectory_lanes(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, eps, batch,
                      window, out, r, states):
-    """`stochastic_general.trajectory` for 3 <= n <= 8, SA or USA, gaussian noise, Q = K = I:
+    """`stochastic.general.trajectory` for 3 <= n <= 8, SA or USA, gaussian noise, Q = K = I:
     the same arguments (without noise, law, m, fast), random stream and results."""
     n, d = x.shape
     ok = uniform_start(rng, x) if draw_start else normalize_rows(x)
@@ -364,7 +315,7 @@ def continue_lanes(rng, x, xt, layer0, buf, pos, c, beta, att, s, h, layers, ckp
     """Layers layer0.. of a running trajectory: xt (d, 8) its state (x (n, d) is written at
     checkpoints), buf its draws with pos the next unread, c its next checkpoint. Returns False
     if a step failed (the trajectory is finished by the caller). `trajectory_lanes` starts here
-    with layer0 = 0, `stochastic_pairs` continues one of two trajectories here."""
+    with layer0 = 0, `stochastic.pairs` continues one of two trajectories here."""
     n, d = x.shape
     keep = states.shape[1] > 0
     rank = min(n, d)

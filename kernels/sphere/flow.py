@@ -10,7 +10,7 @@ summed over heads without 1/H. SA: w = softmax over j; USA: w = exp(logit)/n; ca
 every head by sqrt(d): a time change t_RST = sqrt(d) t for constant weights. With `time_varying`,
 Q_h^T K_h is replaced by P_h(t) = D_h(t) Q_h^T K_h (`ensembles`). Options (docs/models.md 2.4-2.7):
 hardmax attention (beta -> infinity: w uniform on the keys of maximal logit), a turning value
-V_h(t) = R(t) V_h R(t)^T (`value_rotation`), Brownian noise (`sphere_noise`), and the ensembles
+V_h(t) = R(t) V_h R(t)^T (`value_rotation`), Brownian noise (`sphere.noise`), and the ensembles
 scaled as the authors' scripts (`ensembles.authors_scaling`).
 
 Stable evaluation. Each head's row i is computed as A^h_i = exp(c^h_i) Ahat^h_i with every exponential
@@ -18,9 +18,9 @@ Stable evaluation. Each head's row i is computed as A^h_i = exp(c^h_i) Ahat^h_i 
 overflows nor gives NaN. When Q = K = I (not time-varying, beta >= 0) the shift is the common
 constant beta max_k |x_k|^2 >= every logit (Cauchy-Schwarz), which makes the weight matrix symmetric:
 half the exponentials. Heads are combined in log-scale, so the drift is f_i = exp(c_i) fhat_i.
-The drift and the steps live in `sphere_drift` (re-exported here): products by BLAS gemm, the rest
+The drift and the steps live in `sphere.drift` (re-exported here): products by BLAS gemm, the rest
 in loops that vectorise, deterministic (not bitwise equal to a NumPy evaluation: ~1e-15). Euler with
-Q = K = I, V = +-I, one head, not time-varying, beta >= 0 runs on `sphere_symmetric`: the same
+Q = K = I, V = +-I, one head, not time-varying, beta >= 0 runs on `sphere.symmetric`: the same
 bits, faster (the state kept transposed, one pass for the exponentials), and for d > n in the span
 of the start (an isometry: same outcomes, rounding ~1e-15 apart).
 
@@ -33,7 +33,7 @@ Stages are evaluated in the ambient space with the same formula (F(y) = A(y) - <
 |y| = 1 invariant), and only the step's end is normalised. Heun and RK4 form e^{c} fhat explicitly;
 a USA run whose scale overflows is reported as non-finite.
 
-Outcomes at each checkpoint (`OUTPUTS`, declared in `vocabulary`, computed in `sphere_outcomes`):
+Outcomes at each checkpoint (`OUTPUTS`, declared in `vocabulary`, computed in `sphere.checkpoints`):
 the shared ones of `outcomes` (overlap extremes, cluster class, cluster count, t_hit, nonfinite) and
 - frac_close: fraction of pairs i < j with <x_i, x_j> >= 1 - delta ([GLPR-P] Fig. 3; 1 when n = 1);
 - energy: E_beta = (1/(2 beta n^2)) sum_ij exp(beta <x_i, x_j>), evaluated as exp(shift + log(...)),
@@ -57,7 +57,7 @@ and the random matrices are drawn in float64 and rounded; the outcomes are compu
 from the state): 1.6-1.8 times the speed at large n d, the statistics of float64 (tests).
 
 Device: `device="cuda"` runs the symmetric path's configurations in PyTorch on a GPU
-(`sphere_torch`, docs/models.md 2.10): the same starts, the same record functions, states
+(`sphere.gpu`, docs/models.md 2.10): the same starts, the same record functions, states
 ~1e-15 per step apart from the CPU's; torch is imported only there.
 """
 
@@ -70,7 +70,6 @@ from tokensweep.kernels import (
     outcomes,
     vocabulary,
 )
-from tokensweep.kernels import sphere_symmetric as symmetric
 from tokensweep.kernels.blocks import block_size, run_blocks, start_normals
 from tokensweep.kernels.ensembles import (
     GIVEN,
@@ -80,9 +79,10 @@ from tokensweep.kernels.ensembles import (
     qk_products,
     shape_start,
 )
-from tokensweep.kernels.sphere_arguments import resolve_time_varying as _resolve_time_varying
-from tokensweep.kernels.sphere_arguments import resolve_weights as _resolve_weights
-from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift, retract, ...)
+from tokensweep.kernels.sphere import symmetric
+from tokensweep.kernels.sphere.arguments import resolve_time_varying, resolve_weights
+from tokensweep.kernels.sphere.checkpoints import energy, frac_close, memory, record  # noqa: F401
+from tokensweep.kernels.sphere.drift import (  # noqa: F401  (re-exported: drift, retract, ...)
     EULER,
     HARDMAX,
     HEUN,
@@ -101,9 +101,8 @@ from tokensweep.kernels.sphere_drift import (  # noqa: F401  (re-exported: drift
     retract,
     step,
 )
-from tokensweep.kernels.sphere_noise import noisy_euler_step, resolve_noise
-from tokensweep.kernels.sphere_norms import NORM_CODES, normalised_step
-from tokensweep.kernels.sphere_outcomes import energy, frac_close, memory, record  # noqa: F401
+from tokensweep.kernels.sphere.noise import noisy_euler_step, resolve_noise
+from tokensweep.kernels.sphere.norms import NORM_CODES, normalised_step
 
 ATTENTIONS = vocabulary.SPHERE_FLOW_ATTENTIONS
 INTEGRATOR_CODES = dict(zip(vocabulary.SPHERE_FLOW_INTEGRATORS, (EULER, HEUN, RK4)))
@@ -115,7 +114,7 @@ SphereFlowOutcomes = outcomes.record_class("SphereFlowOutcomes", OUTPUTS, __name
 
 @njit(nogil=True, cache=True)
 def workspace(n, d, heads, proto):
-    """Scratch arrays of `sphere_drift.drift` / `euler_step` in the dtype of proto: (xt, yt, at,
+    """Scratch arrays of `sphere.drift.drift` / `euler_step` in the dtype of proto: (xt, yt, at,
     bt, ft (d, n); e (n, n); tot, mx, lsh, u1, u2 (n,); mt (d, d)). Defined here, next to its
     caller `trajectory` (a cached function returning arrays, defined in another module than its
     cached caller, fails to box its result when later called from Python: numba 0.68)."""
@@ -134,8 +133,8 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
     every `period` steps, or None where nothing is ever redrawn (then q, k are not used).
     proto: an array of the working dtype: the state and the matrices m, v are copies in it,
     refreshed after each redraw (drawn in float64); outputs come from a float64 copy.
-    layer: (noise mode, sigma) of `sphere_noise` (sigma > 0 needs rng: the Euler-Maruyama step),
-    then the normalisation (`sphere_norms` code, nGPT alpha)."""
+    layer: (noise mode, sigma) of `sphere.noise` (sigma > 0 needs rng: the Euler-Maruyama step),
+    then the normalisation (`sphere.norms` code, nGPT alpha)."""
     beta = par[0]
     m, v = mats[0], mats[1]
     q_kind, k_kind, v_kind, scaling = kinds
@@ -146,7 +145,7 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
     ws = workspace(n, d, m.shape[0], proto)
     stages = np.empty((5, n, d), proto.dtype)
     ls = np.empty(n)
-    radius = np.ones(n)  # the tokens' radii under pre- and peri-LN (`sphere_norms`)
+    radius = np.ones(n)  # the tokens' radii under pre- and peri-LN (`sphere.norms`)
     g = np.empty((n, n))
     memo = memory(d)
     redraw = q_kind != 0 or k_kind != 0 or v_kind != 0
@@ -159,11 +158,11 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
                     draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m, scaling)
                     mw[:, :, :] = m
                     vw[:, :, :] = v
-            stepped = layer[2] != 0  # a normalisation variant (`sphere_norms`): its own step
+            stepped = layer[2] != 0  # a normalisation variant (`sphere.norms`): its own step
             if stepped:
                 ok = normalised_step(x, radius, s * h, h, par, mats_w, ws, ls, layer[2], layer[3])
             if rng is not None:
-                if layer[1] > 0.0:  # the projected Euler-Maruyama step (`sphere_noise`)
+                if layer[1] > 0.0:  # the projected Euler-Maruyama step (`sphere.noise`)
                     stepped = True
                     ok = noisy_euler_step(x, s * h, h, par, mats_w, ws, ls, stages[0], rng,
                                           layer[0], layer[1])
@@ -191,8 +190,8 @@ def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, start, 
     out: `SphereFlowOutcomes` from `outcomes.allocate_outputs`. states: (ntraj, nt, n, d)
     NaN-filled, or (ntraj, 0, n, d) to skip. proto: an array of the working dtype.
     start: (n, d), the start drawn before when init is GIVEN (else not read).
-    layer: (noise mode, sigma, norm code, alpha): `sphere_noise` (drawn per step after the start,
-    matrices and schedule), `sphere_norms`.
+    layer: (noise mode, sigma, norm code, alpha): `sphere.noise` (drawn per step after the start,
+    matrices and schedule), `sphere.norms`.
     """
     amp, omega, phase, random_frequencies = tv
     q_kind, k_kind, v_kind, scaling = kinds
@@ -254,22 +253,22 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
     drawn in float64, the outputs computed in float64 from the state at each checkpoint).
     threads: integrate blocks of trajectories on this many threads (each trajectory's result is
     the same bits whatever the threads; BLAS runs single-threaded inside each, see `run_blocks`).
-    noise: None, "independent" or "common", with strength sigma >= 0 (`sphere_noise`: projected
+    noise: None, "independent" or "common", with strength sigma >= 0 (`sphere.noise`: projected
     Euler-Maruyama, integrator "euler" only); sigma = 0 is the deterministic run, bit for bit.
     value_rotation: omega; V_h(t) = R(t) V_h R(t)^T, R(t) the rotation by omega t in the (e_1, e_2)
     plane (0: constant V). attention "hardmax" / "causal_hardmax": the beta -> infinity limit,
     weights uniform on the keys whose logit <Q x_i, K x_j> is within hardmax_tol (1 + |max|) of
     the row's maximum (beta is not used). ensemble_scaling: "normalised" (entries N(0, 1/d)) or
     "authors" (the scaling of [GLPR-P]'s scripts for Fig. 5, `ensembles.authors_scaling`).
-    layer_norm: "post" (today), "pre", "peri" or "ngpt" (with ngpt_alpha), `sphere_norms`;
+    layer_norm: "post" (today), "pre", "peri" or "ngpt" (with ngpt_alpha), `sphere.norms`;
     not post: integrator "euler" only, no noise; outputs are of the normalised tokens.
     x0: optional (ntraj, n, d) starts drawn before (`kernels/starts.py`). record, record_bins,
     direction: observables also returned (`observables`; "states" is return_states).
     device: "cpu" (the numba kernels), or "cuda" / "cuda:N" / a torch.device: the PyTorch path
-    (`sphere_torch`; torch.device("cpu") runs it on the CPU, for tests) of the configurations the
+    (`sphere.gpu`; torch.device("cpu") runs it on the CPU, for tests) of the configurations the
     symmetric path covers (Euler, SA / USA, causal or not, Q = K = I, V = +-I, one head,
     beta >= 0, nothing time-varying, noisy or turning, post-LN), refused otherwise; `threads` then
-    records on that many host threads. Raises RuntimeError (`sphere_torch.NEEDS_CUDA`) where
+    records on that many host threads. Raises RuntimeError (`sphere.gpu.NEEDS_CUDA`) where
     CUDA is asked for and this process has no PyTorch or no CUDA GPU.
     Returns {name: array} with (ntraj, nt) per-checkpoint and (ntraj,) per-trajectory outputs.
     """
@@ -309,8 +308,8 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
         raise ValueError(f"ngpt_alpha = {ngpt_alpha!r}: give a finite alpha > 0")
     layer_arg = (*layer_arg, NORM_CODES[layer_norm], float(ngpt_alpha))
     proto = np.empty(0, PRECISIONS[precision])
-    preset, tv_mode, amp, omega, phase, random_freq = _resolve_time_varying(time_varying, heads, d)
-    q, k, v, kinds, qk_identity, v_code = _resolve_weights(heads, d, qk, value, matrices, preset)
+    preset, tv_mode, amp, omega, phase, random_freq = resolve_time_varying(time_varying, heads, d)
+    q, k, v, kinds, qk_identity, v_code = resolve_weights(heads, d, qk, value, matrices, preset)
     h = T / layers
     kind = USA if attention.endswith("usa") else HARDMAX if attention.endswith("hardmax") else SA
     if not (np.isfinite(value_rotation) and np.isfinite(hardmax_tol) and hardmax_tol >= 0.0):
@@ -352,15 +351,15 @@ def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, atte
                          "V = +-I, one head, beta >= 0, nothing time-varying, noisy or turning, "
                          "post-LN: use device = 'cpu' for this configuration")
     if fixed and symmetric.applies(codes[0], par, heads):
-        # Q = K = I, V = +-I, one head, Euler: the symmetric path (`sphere_symmetric`)
+        # Q = K = I, V = +-I, one head, Euler: the symmetric path (`sphere.symmetric`)
         par_t = (float(beta), kind == USA, par[2], -1.0 if v_code == V_MINUS_IDENTITY else 1.0,
                  log_scale0)
         reduce = symmetric.SPAN_REDUCTION and d > n
-        if on_torch:  # the same trajectories on a torch device (`sphere_torch`)
-            from tokensweep.kernels import sphere_torch
+        if on_torch:  # the same trajectories on a torch device (`sphere.gpu`)
+            from tokensweep.kernels.sphere import gpu
 
             def work(r0, r1):  # one call: it batches the trajectories on the device itself
-                sphere_torch.integrate(starts, ntraj, n, d, codes[1], *args, par_t, float(delta),
+                gpu.integrate(starts, ntraj, n, d, codes[1], *args, par_t, float(delta),
                                        float(eps), out, states, proto, reduce, device, threads)
         else:
             def work(r0, r1):

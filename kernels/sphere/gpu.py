@@ -1,4 +1,4 @@
-"""The GPU path of the sphere flow: `sphere_symmetric`'s configurations in PyTorch (issue 11).
+"""The GPU path of the sphere flow: `sphere.symmetric`'s configurations in PyTorch (issue 11).
 
 Covers what the symmetric CPU path covers: retraction Euler x <- N(x + h P_x(A(x))) for SA / USA,
 causal or not, Q = K = I, V = +-I, one head, beta >= 0, not time-varying, no noise, post-LN
@@ -14,15 +14,15 @@ scale e^{shift}, shift = beta c - log n (+ log of the [RST] 1/sqrt(d)), put on t
 y = fx x + fa inc where it is <= 1 (fx = e^{-max(shift, 0)}, fa = h e^{min(shift, 0)}), so USA
 at large beta neither overflows nor loses the step. Where fx^2 could underflow (USA,
 beta - log n > 40 % of the dtype's exponent range) every y is first divided by max_k |y_k|, as
-`sphere_symmetric._normalise_scaled` does for the tokens that need it. d > n runs in the
-n-dimensional span of the start, as `sphere_symmetric.SPAN_REDUCTION` (`span_basis`).
+`sphere.symmetric._normalise_scaled` does for the tokens that need it. d > n runs in the
+n-dimensional span of the start, as `sphere.symmetric.SPAN_REDUCTION` (`span_basis`).
 Not bitwise the CPU's: products by cuBLAS, exp by CUDA, rounding ~1e-16 per step apart; the flow
 contracts, so states stay ~1e-12 apart after 300 steps (tests/test_kernel_sphere_torch.py).
 
 The starts are the CPU path's numbers: normals from the same Generators (`blocks.start_normals`),
 shaped by `ensembles.shape_start` in float64, then copied to the device (float32: rounded there).
 At each checkpoint the state is copied to the host as float64 and the outcomes are computed by
-the numba record functions every CPU path uses (`sphere_outcomes.record`,
+the numba record functions every CPU path uses (`sphere.checkpoints.record`,
 `observables.record_observables`), on `threads` host threads while the device integrates on.
 Non-finite: a NaN, once in a state, spreads to every token of that trajectory at the next step
 (through c = max G_kk), so a trajectory whose copy holds a non-finite number stops recording there,
@@ -39,13 +39,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
-from . import (
+from .. import (
     cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
     observables,
     outcomes,
 )
-from .ensembles import shape_start
-from .sphere_outcomes import record
+from ..ensembles import shape_start
+from .checkpoints import record
 
 NEEDS_CUDA = "device: cuda needs PyTorch with a CUDA GPU on the worker"
 BATCH_ELEMENTS = 1 << 24  # trajectories per device batch: B n max(n, m) at most this (128 MB)
@@ -262,7 +262,7 @@ class _Recorder:
 
 def integrate(starts, ntraj, n, d, init, h, layers, ckpt, times, par, delta, eps, out, states,
               proto, reduce, device, threads=1, batch=None):
-    """`sphere_symmetric.integrate_t`'s trajectories 0..ntraj-1 on a torch device.
+    """`sphere.symmetric.integrate_t`'s trajectories 0..ntraj-1 on a torch device.
 
     starts(r0, r1): (r1 - r0, n, d) float64, each trajectory's n*d standard normals (or given
     starts, init = GIVEN); par: (beta, usa, causal, sign, log_scale0); proto: an array of the

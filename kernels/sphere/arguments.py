@@ -1,11 +1,11 @@
-"""Python-side arguments of `sphere_flow.simulate_sphere_flow`: the weight matrices' names and given
+"""Python-side arguments of `sphere.flow.simulate_sphere_flow`: the weight matrices' names and given
 arrays resolved to ensemble codes and fixed (H, d, d) matrices, and the time-varying schedules
 (`ensembles.TIME_VARYING` presets or {amp, omega, phase, absolute}) resolved to arrays. Plain
 NumPy, validation with one message per bad value (no numba, no I/O)."""
 
 import numpy as np
 
-from .sphere_drift import TV_ABS_COS, TV_COS, TV_NONE, V_GENERAL, V_IDENTITY, V_MINUS_IDENTITY
+from .drift import TV_ABS_COS, TV_COS, TV_NONE, V_GENERAL, V_IDENTITY, V_MINUS_IDENTITY
 
 _NAMES_FIX = "use one of {}"
 

@@ -1,7 +1,7 @@
 """The symmetric path of the sphere flow: retraction Euler for SA / USA with Q = K = I, V = +-I,
 one head, not time-varying, beta >= 0 (the setting of [GLPR-P] Figs. 3-4; docs/models.md 2).
 
-Same formulas as the general `sphere_drift.euler_step`; the same bits only where OpenBLAS sums
+Same formulas as the general `sphere.drift.euler_step`; the same bits only where OpenBLAS sums
 both layouts' products in one order, which depends on the shape and on the CPU's kernels: on the
 Intel machines of the earlier measurements every shape tests/test_kernel_sphere_flow.py checks,
 but not n = 20, d = 19 or n = 12, d = 19; on AMD EPYC also not 4 of its 9 shapes (1-3 ulp per
@@ -11,7 +11,7 @@ configuration takes, always the same one. Organised for speed:
 - the state lives in the transposed layout xt (d, n) from the start to the end of a trajectory
   (the layout the two products and the per-token loops want), not copied in and out every step;
 - weights: the Gram G = xt^T xt (BLAS gemm; every entry one fused-multiply-add chain over k, so
-  G is exactly symmetric) on its upper blocks of 8 rows only (`gemm.gram_upper`: gemm on
+  G is exactly symmetric) on its upper blocks of 8 rows only (`lowlevel.gemm.gram_upper`: gemm on
   sub-blocks, the same bits, 5/8 of the flops at n = 32: 1.24 -> 0.84 us at d = 32), the common
   shift c = max_k G_kk, E = exp(beta (G - c)) on the upper triangle, each row from its 8-aligned
   column on (full vectors: rows that start mid-vector run their scalar remainder, which made a
@@ -26,7 +26,7 @@ configuration takes, always the same one. Organised for speed:
   row of ones below it (a sum of 1 * E_ji chained by fma is the serial sum); then three passes
   over (d, n): <x_i, f_i> with f = sign of V times at / tot (SA); the increment, y (kept in at),
   |y_i|^2 and "moved"; y / |y| written back into xt (four / two rows k per pass, see below).
-- recording: `sphere_outcomes.record_t`, from the transposed state. It cannot reuse the step's
+- recording: `sphere.checkpoints.record_t`, from the transposed state. It cannot reuse the step's
   Gram or exponentials and keep today's bits: the recorded overlaps are serial multiply-then-add
   sums (`outcomes.gram`'s bits, shared with the general path), the step's Gram fma chains, and the
   energy's exponent is beta G - beta max G, the step's beta (G - c).
@@ -36,29 +36,29 @@ configuration takes, always the same one. Organised for speed:
   exact arithmetic, at the cost of an n-dimensional step instead of a d-dimensional one. Rounding
   differs from the d-dimensional run (~1e-15 per step); states are mapped back as y B.
 
-Precision: the kernels take xt float64 or float32 (`vecmath.vexp` and `like` pick the float32
+Precision: the kernels take xt float64 or float32 (`lowlevel.vecmath.vexp` and `like` pick the float32
 exp and constants); records are computed in float64 from the state.
 """
 
 import numpy as np
 from numba import njit
 
-from . import (
+from .. import (
     cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
     observables,
     outcomes,
 )
-from .ensembles import shape_start
-from .gemm import BLOCK, gram_upper
-from .sphere_drift import EULER, TV_NONE, V_IDENTITY, V_MINUS_IDENTITY
-from .sphere_outcomes import memory, record_t
-from .vecmath import like, tiny_like, vexp, vexp_unclamped
+from ..ensembles import shape_start
+from ..lowlevel.gemm import BLOCK, gram_upper
+from ..lowlevel.vecmath import like, tiny_like, vexp, vexp_unclamped
+from .checkpoints import memory, record_t
+from .drift import EULER, TV_NONE, V_IDENTITY, V_MINUS_IDENTITY
 
 SPAN_REDUCTION = True  # d > n: integrate in an n-dimensional basis of the start's span
 
 
 def applies(integrator, par, heads):
-    """Is the symmetric path this configuration's? integrator: code; par: `sphere_flow`'s
+    """Is the symmetric path this configuration's? integrator: code; par: `sphere.flow`'s
     (beta, kind, causal, qk_identity, v_code, tv_mode, log_scale0, ...); not hardmax (kind 2)."""
     beta, kind, qk_identity, v_code, tv_mode = par[0], par[1], par[3], par[4], par[5]
     return (kind != 2 and integrator == EULER and heads == 1 and qk_identity and tv_mode == TV_NONE
@@ -120,7 +120,7 @@ def euler_step_t(xe, h, beta, usa, causal, sign, log_scale0, ws):
     xe E also returns the column sums of E (each an fma chain with factors 1: the serial sums).
     usa: USA (else SA); sign: +1.0 (V = I) or -1.0 (V = -I); log_scale0: -log(d)/2 with the
     [RST] scaling, else 0; ws: `workspace_t`. The scale e^{shift} (USA: beta c - log n) goes on
-    the side of x_i + h e^{shift} inc_i where it is <= 1, as in `sphere_drift.euler_step`."""
+    the side of x_i + h e^{shift} inc_i where it is <= 1, as in `sphere.drift.euler_step`."""
     g, dot, nrm, mvd, s, ae = ws
     d = xe.shape[0] - 1
     n = xe.shape[1]
@@ -279,7 +279,7 @@ def span_basis(x, basis):
 def integrate_t(z, r0, init, h, layers, ckpt, times, par, delta, eps, out, states, proto,
                 reduce):
     """Trajectories r0, r0 + 1, ... of a symmetric run (module docstring) from z (B, n, d), each
-    one's n*d standard normals (as `sphere_flow.trajectories_from_normals`; overwritten).
+    one's n*d standard normals (as `sphere.flow.trajectories_from_normals`; overwritten).
 
     par: (beta, usa, causal, sign, log_scale0). proto: an array of the working dtype (float64 or
     float32). reduce: integrate in the span of the start (needs n < d). Fills rows r0 to

@@ -1,10 +1,10 @@
-"""The general path of the deep stochastic transformer (`stochastic`): any n, both noise paths, every
-value law and Q, K; one layer x_i <- N(x_i + sqrt(h) s V_k A_i(X)) as the `stochastic` docstring.
+"""The general path of the deep stochastic transformer (`stochastic.transformer`): any n, both noise paths, every
+value law and Q, K; one layer x_i <- N(x_i + sqrt(h) s V_k A_i(X)) as the `stochastic.transformer` docstring.
 
 Where the time goes (n = 8, `benchmarks/bench_stochastic.py` prints the split): the normals, the
 n^2 exponentials of the attention weights, the Householder R of A (d x n), the noise s W^T R and
 the normalised step. The exponentials were a libm call each (about 5 ns, not vectorisable); here
-they are evaluated for the whole n x n matrix in one vectorised loop by `fast_exp.exp_array`,
+they are evaluated for the whole n x n matrix in one vectorised loop by `lowlevel.fast_exp.exp_array`,
 which returns libm's bits, so the results are bit-identical to the per-element calls. Callers pass
 fast=False where `fast_exp.matches_libm()` is False (another C library), which keeps np.exp.
 """
@@ -12,17 +12,17 @@ fast=False where `fast_exp.matches_libm()` is False (another C library), which k
 import numpy as np
 from numba import njit
 
-from . import (
+from .. import (
     cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
     observables,
 )
-from .attention import CAUSAL_SA, attention, finish_row, gram, normalize_rows, scaled_step, uniform_start
-from .fast_exp import HEAD, TAIL, exp_array
-from .outcomes import carry_forward, finish_trajectory, record_overlaps, resolved_for
-from .stochastic_options import bilinear_logits
-from .value_noise import gaussian_values, householder_r, literal_values, value_draws
+from ..attention import CAUSAL_SA, attention, finish_row, gram, normalize_rows, scaled_step, uniform_start
+from ..lowlevel.fast_exp import HEAD, TAIL, exp_array
+from ..outcomes import carry_forward, finish_trajectory, record_overlaps, resolved_for
+from ..value_noise import gaussian_values, householder_r, literal_values, value_draws
+from .options import bilinear_logits
 
-GAUSSIAN = 0  # noise codes, as `stochastic`
+GAUSSIAN = 0  # noise codes, as `stochastic.transformer`
 LITERAL = 1
 
 

@@ -26,11 +26,11 @@ Random stream of one trajectory (one numpy Generator each, consumed by `standard
 Layer draws are fetched `draw_batch` layers at a time into one buffer; the stream is the same
 concatenation whatever the batch size, so outputs are bit-identical for any `draw_batch`.
 
-Every other run takes the general path, `_trajectory` (`stochastic_general.trajectory`, whose
-exponentials are vectorised by `fast_exp`, bit-identical), or for 3 <= n <= 8 with the defaults
-(SA or USA) its bit-identical lanes version, `stochastic_lanes.trajectory_lanes` (one token per
+Every other run takes the general path, `_trajectory` (`stochastic.general.trajectory`, whose
+exponentials are vectorised by `lowlevel.fast_exp`, bit-identical), or for 3 <= n <= 8 with the defaults
+(SA or USA) its bit-identical lanes version, `stochastic.lanes.trajectory_lanes` (one token per
 SIMD lane; `_LANES` switches it off for tests), two trajectories at a time side by side
-(`stochastic_pairs.trajectory_pairs`, sixteen lanes, bit-identical; `_PAIRS` switches it off,
+(`stochastic.pairs.trajectory_pairs`, sixteen lanes, bit-identical; `_PAIRS` switches it off,
 an odd last trajectory runs alone). Two tokens with gaussian noise (the main
 production case) run `_trajectory_pair`: the same
 floating-point operations in the same order as the general `_trajectory`, fused into one pass per
@@ -63,7 +63,7 @@ Generalisations (docs/models.md 4.4; the defaults below run the code paths above
 - qk / matrices (Q, K): logits beta <x_i, M x_j>, M = Q^T K (`bilinear_logits`), M fixed or drawn
   per trajectory right after the start (as `ensembles.draw_weights` for one head, value fixed), so
   the stream is: start normals, then Q, K's normals, then the layers'. With x0 given, Q, K first.
-- scheme "sde": `stochastic_sde.trajectory_sde`, the limit SDE by geodesic Euler-Maruyama, on the
+- scheme "sde": `stochastic.sde.trajectory_sde`, the limit SDE by geodesic Euler-Maruyama, on the
   stream of the gaussian noise path.
 The n = 2 fused path runs only for the defaults (gaussian law and noise, Q = K = I, discrete).
 
@@ -75,12 +75,12 @@ kernels release the GIL, so the outputs do not depend on the thread count.
 import numpy as np
 from numba import njit
 
-from . import (
+from .. import (
     cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
     observables,
     vocabulary,
 )
-from .attention import (
+from ..attention import (
     ATTENTION_CODES,
     CAUSAL_SA,
     GAUSSIAN_LAW,
@@ -89,8 +89,8 @@ from .attention import (
     normalize_rows,
     uniform_start,
 )
-from .fast_exp import matches_libm
-from .outcomes import (
+from ..lowlevel.fast_exp import matches_libm
+from ..outcomes import (
     OUTPUTS,
     SphereOutcomes,
     check_common_arguments,
@@ -100,12 +100,11 @@ from .outcomes import (
     record_checkpoint,
     resolved_for,
 )
-from .stochastic_general import GAUSSIAN, LITERAL
-from .stochastic_general import stop as _stop
-from .stochastic_general import trajectory as _trajectory
-from .stochastic_lanes import MAX_TOKENS, trajectory_lanes
-from .stochastic_options import NO_QK, SCHEMES, VALUE_LAWS, check_options, query_key
-from .stochastic_pairs import trajectory_pairs
+from .general import GAUSSIAN, LITERAL, stop
+from .general import trajectory as _trajectory
+from .lanes import MAX_TOKENS, trajectory_lanes
+from .options import NO_QK, SCHEMES, VALUE_LAWS, check_options, query_key
+from .pairs import trajectory_pairs
 
 ATTENTIONS = vocabulary.STOCHASTIC_ATTENTIONS
 NOISES = vocabulary.NOISES
@@ -262,14 +261,14 @@ def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, t
             if keep:
                 states[r, c] = x
             if resolved_for(out, r, c, window):
-                _stop(out, r, c, states, x)
+                stop(out, r, c, states, x)
                 break
             c += 1
     finish_trajectory(out, r, ok, times)
 
 
 def _fast_exp():
-    """Whether the general path may use `fast_exp` (bit-identical to np.exp on this machine)."""
+    """Whether the general path may use `lowlevel.fast_exp` (bit-identical to np.exp on this machine)."""
     global _FAST_EXP
     if _FAST_EXP is None:
         _FAST_EXP = matches_libm()
@@ -325,7 +324,7 @@ def _run(rngs, n, d, beta, value_std, T, layers, checkpoint_layers, attention, n
         args = (rng, x, draw_start, float(beta), att, code, float(value_std), h, layers, ckpt,
                 times, float(eps), batch, window, out, r, states)
         if scheme == "sde":
-            from .stochastic_sde import trajectory_sde
+            from .sde import trajectory_sde
 
             trajectory_sde(*args[:5], *args[6:], m)
         elif trajectory is _trajectory:
@@ -366,7 +365,7 @@ def simulate_stochastic_transformer(rngs, *, n, d, beta, value_std=1.0, T, layer
     run on this many threads (results do not depend on it). value_law: "gaussian", "rademacher" or
     "uniform" entries of V_k (the last two need noise="literal"). qk: Q, K ensemble as the sphere
     flow's ("identity", "ginibre", "goe", "wigner", "wishart"); matrices: explicit {"Q", "K"} (d, d).
-    scheme: "discrete" (the transformer) or "sde" (`stochastic_sde`, its limit SDE). x0: optional
+    scheme: "discrete" (the transformer) or "sde" (`stochastic.sde`, its limit SDE). x0: optional
     (ntraj, n, d) starts (`kernels/starts.py`; rows normalised), already drawn from the Generators,
     which then give Q, K (when drawn) and the layers' noise; None: each Generator draws a uniform
     start first. record: names of `vocabulary.OBSERVABLES` also returned, over record_bins bins

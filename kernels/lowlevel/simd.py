@@ -1,12 +1,12 @@
 """Eight float64 lanes as one LLVM vector (<8 x double>) inside njit: loads, stores and arithmetic;
-and sixteen (<16 x double>, two trajectories side by side: `stochastic_pairs`).
+and sixteen (<16 x double>, two trajectories side by side: `stochastic.pairs`).
 
 numba has no SIMD type, and LLVM keeps a sum in a register only when it can prove nothing else
 writes it: with accumulators in arrays it reloads them every step. `Lanes` is a numba value held
 in a vector register; every operation is one IEEE operation per lane (fadd, fsub, fmul, fdiv,
 without fast-math flags, so no reassociation and no FMA contraction), so a lane computes the same
 bits as the scalar code it replaces. The kernels use it across tokens (lane = token) on states
-kept transposed, (d, 8): `stochastic_lanes`. The arithmetic, `sqrt`, `max_of`, `lane`, `exp`,
+kept transposed, (d, 8): `stochastic.lanes`. The arithmetic, `sqrt`, `max_of`, `lane`, `exp`,
 `exp_is_rare`, `all_normal`, `where` and `store` take either width; `load16`, `splat16` and
 `splat2` (a in lanes 0-7, b in lanes 8-15) make the 16-wide values; `load_as`, `splat_as` and
 `width_of` serve code written once for both widths (the width of a template value); `load_quads`,
@@ -163,7 +163,7 @@ _QUAD = ir.VectorType(ir.DoubleType(), 4)
 @intrinsic
 def load_quads(typingctx, arr, off_a, off_b):
     """Eight lanes: arr.flat[off_a:off_a + 4], then arr.flat[off_b:off_b + 4] (the upper four
-    lanes of each trajectory in a 16-wide row: `stochastic_pairs`' Householder, once the lower
+    lanes of each trajectory in a 16-wide row: `stochastic.pairs`' Householder, once the lower
     four are no longer read)."""
     def codegen(context, builder, sig, args):
         qa = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _QUAD), align=8)
@@ -284,7 +284,7 @@ def _fma(builder, a, b, c):
 
 @intrinsic
 def exp(typingctx, v, tail, head):
-    """Lane-wise `fast_exp.exp_array` (glibc's exp, its bits) for lanes with |v| < 512, 1 + v
+    """Lane-wise `lowlevel.fast_exp.exp_array` (glibc's exp, its bits) for lanes with |v| < 512, 1 + v
     below 2^-54; lanes with |v| >= 512, inf or NaN are wrong here: `exp_is_rare` tells, and the
     caller redoes them by np.exp (as exp_array). tail, head: fast_exp.TAIL, fast_exp.HEAD."""
     from .fast_exp import C2, C3, C4, C5, INV_LN2_N, NEG_LN2_HI_N, NEG_LN2_LO_N, SHIFT, TABLE_BITS

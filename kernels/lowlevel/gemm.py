@@ -1,6 +1,6 @@
 """BLAS gemm on blocks of arrays from numba code: the Gram matrix's upper triangle.
 
-numba's `np.dot` multiplies whole contiguous arrays. `gemm` calls the same BLAS routine
+numba's `np.dot` multiplies whole contiguous arrays. `lowlevel.gemm` calls the same BLAS routine
 (`numba_xxgemm`, numba's helper over scipy's OpenBLAS, the one `np.dot` calls, found by symbol so
 that callers stay cacheable) on sub-blocks given by pointers and leading dimensions.
 
@@ -19,9 +19,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.linalg import ensure_blas, get_blas_kind
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from .. import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 
-BLOCK = 8  # rows per block of `gram_upper` (the exponentials' vector width, `sphere_symmetric`)
+BLOCK = 8  # rows per block of `gram_upper` (the exponentials' vector width, `sphere.symmetric`)
 
 
 @intrinsic

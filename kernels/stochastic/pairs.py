@@ -1,12 +1,12 @@
 """Two trajectories of the lanes path side by side, sixteen lanes: bit-identical to one at a time.
 
-`stochastic_lanes` runs one trajectory's tokens in the eight lanes of one vector; what is left
+`stochastic.lanes` runs one trajectory's tokens in the eight lanes of one vector; what is left
 there (besides the draws) is latency: the Householder R is two chains of dependent adds per
 column (the dot products, then the next column's norm), and the attention's sums and the step's
 norms are short chains too, so the adders mostly wait. The chains of two trajectories are
 independent, so here two trajectories A and B share every pass: the state xt (d, 16) holds A's
-tokens in lanes 0-7 and B's in lanes 8-15 (`lanes.wide_type`, <16 x double>), each lane doing
-exactly the operations of `stochastic_lanes` in the same order, and the out-of-order core
+tokens in lanes 0-7 and B's in lanes 8-15 (`lowlevel.simd.wide_type`, <16 x double>), each lane doing
+exactly the operations of `stochastic.lanes` in the same order, and the out-of-order core
 overlaps A's chains with B's. Each trajectory keeps its own Generator and draws its own buffer
 at the same layers as alone, so the random streams, the results and the Generators' final
 states are those of `trajectory_lanes` (tests/test_kernel_stochastic_lanes.py).
@@ -23,10 +23,10 @@ Where the two differ:
 - the rare paths (an exponent of |e| >= 512, a squared norm 0, inf or NaN) run per lane as there;
   a trajectory whose step fails is flagged, the other one's step completes;
 - when one trajectory ends (non-finite step or early stop), the other continues alone in
-  `stochastic_lanes.continue_lanes` from the next layer with its buffer, position and checkpoint.
+  `stochastic.lanes.continue_lanes` from the next layer with its buffer, position and checkpoint.
 Sums of eight accumulators there are blocked by two here (rows of the Gram, columns of Ahat and
 of the noise): 2 x 4 vector registers, against 16 on AVX2; each sum keeps its order.
-`stochastic._run` hands trajectories 2u, 2u + 1 to one call (an odd last one runs alone), also
+`stochastic.transformer._run` hands trajectories 2u, 2u + 1 to one call (an odd last one runs alone), also
 on threads (a pair is a unit of work; results do not depend on the thread count).
 
 Where the time goes, ns per trajectory-step (n = 8, SA, beta = 1; the split of
@@ -54,34 +54,28 @@ inside njit) are 55-65 % of a step at d >= 16.
 import numpy as np
 from numba import njit
 
-from . import (
+from .. import (
     cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
     observables,
 )
-from .attention import USA, gram, normalize_rows, uniform_start
-from .lanes import (
+from ..attention import USA, gram, normalize_rows, uniform_start
+from ..lowlevel.simd import (
     WIDE,
     WIDTH,
     add,
     all_normal,
     div,
-    lane,
     load16,
-    load_quads,
     mul,
-    splat,
     splat2,
-    splat2q,
     splat16,
     sqrt,
     store,
-    store_quads,
-    sub,
-    where,
 )
-from .outcomes import finish_trajectory, record_overlaps, resolved_for
-from .stochastic_general import stop
-from .stochastic_lanes import attention_weights, continue_lanes, rare_norms, usa_factors
+from ..outcomes import finish_trajectory, record_overlaps, resolved_for
+from .general import stop
+from .householder import householder_pairs
+from .lanes import attention_weights, continue_lanes, rare_norms, usa_factors
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -130,127 +124,6 @@ def attention_pairs(xt, g16, n, beta, kind, ahat_t, logscale, expo, wt, mask, no
         if k > 0:
             nrm = add(nrm, mul(s0, s0))
     store(norms, 0, nrm)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _column(alpha, xnorm2):
-    """R_kk, u_0 and |u|^2 of a Householder column (LAPACK signs), as `householder_lanes`;
-    (alpha, 0, 1) when xnorm2 == 0 (no reflection: u is not used)."""
-    if xnorm2 == 0.0:
-        return alpha, 0.0, 1.0
-    rkk = -np.copysign(np.sqrt(alpha * alpha + xnorm2), alpha)
-    u0 = alpha - rkk
-    return rkk, u0, u0 * u0 + xnorm2
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _next_norm(at, k, d, j):
-    """Column j's sum of squares below row k + 1, in order from 0.0 (`householder_lanes`' scalar
-    loop, for a column k that was not reflected)."""
-    xnorm2 = 0.0
-    for i in range(k + 2, d):
-        xnorm2 += at[i, j] * at[i, j]
-    return xnorm2
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _reflect16(at, k, ka, kb, un_a, un_b, keep_a, keep_b):
-    """Reflect rows k.. of both trajectories' columns by their column k (`householder_lanes`'
-    two chains, sixteen lanes); a trajectory with keep_x False keeps its columns (`where`).
-    Returns the sums of squares below row k + 1 of the reflected columns k + 1 (A, B)."""
-    d = at.shape[0]
-    s = splat16(0.0)
-    for i in range(k, d):
-        s = add(s, mul(splat2(at[i, ka], at[i, kb]), load16(at, i * WIDE)))
-    f = div(mul(splat16(2.0), s), splat2(un_a, un_b))
-    nrm = splat16(0.0)
-    if keep_a and keep_b:
-        for i in range(k, d):
-            # u_i is read before row i is written (lane k is reflected too, unread later)
-            y = sub(load16(at, i * WIDE), mul(f, splat2(at[i, ka], at[i, kb])))
-            store(at, i * WIDE, y)
-            if i >= k + 2:
-                nrm = add(nrm, mul(y, y))
-    else:
-        keep = splat2(1.0 if keep_a else 0.0, 1.0 if keep_b else 0.0)
-        for i in range(k, d):
-            old = load16(at, i * WIDE)
-            y = where(keep, sub(old, mul(f, splat2(at[i, ka], at[i, kb]))), old)
-            store(at, i * WIDE, y)
-            if i >= k + 2:
-                nrm = add(nrm, mul(y, y))
-    return lane(nrm, ka + 1), lane(nrm, kb + 1)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _reflect_quads(at, k, ka, kb, un_a, un_b, keep_a, keep_b):
-    """`_reflect16` for k >= 3, on the upper four lanes of each trajectory only (`load_quads`:
-    lanes 4-7 of A, then of B): lanes <= k are no longer read, and the reflection's stores,
-    not its adds, bound two trajectories' pass, so half the lanes is half the pass."""
-    d = at.shape[0]
-    hi_a, hi_b = 4, WIDTH + 4  # offsets of the upper quads in a row
-    s = splat(0.0)
-    for i in range(k, d):
-        s = add(s, mul(splat2q(at[i, ka], at[i, kb]),
-                       load_quads(at, i * WIDE + hi_a, i * WIDE + hi_b)))
-    f = div(mul(splat(2.0), s), splat2q(un_a, un_b))
-    nrm = splat(0.0)
-    if keep_a and keep_b:
-        for i in range(k, d):
-            y = sub(load_quads(at, i * WIDE + hi_a, i * WIDE + hi_b),
-                    mul(f, splat2q(at[i, ka], at[i, kb])))
-            store_quads(at, i * WIDE + hi_a, i * WIDE + hi_b, y)
-            if i >= k + 2:
-                nrm = add(nrm, mul(y, y))
-    else:
-        keep = splat2q(1.0 if keep_a else 0.0, 1.0 if keep_b else 0.0)
-        for i in range(k, d):
-            old = load_quads(at, i * WIDE + hi_a, i * WIDE + hi_b)
-            y = where(keep, sub(old, mul(f, splat2q(at[i, ka], at[i, kb]))), old)
-            store_quads(at, i * WIDE + hi_a, i * WIDE + hi_b, y)
-            if i >= k + 2:
-                nrm = add(nrm, mul(y, y))
-    return lane(nrm, k + 1 - 4), lane(nrm, 4 + k + 1 - 4)  # lane k + 1 of A's quad, of B's
-
-
-@njit(nogil=True, cache=True, inline="always")
-def householder_pairs(at, n, rl, norms):
-    """`householder_lanes` of both trajectories' A: at (d, 16) overwritten, rl (r, 16) R's rows
-    (lanes 8 t + j), norms (16,): lanes 0 and 8 the first columns' sums of squares below row 0.
-
-    A column that is exactly zero below its diagonal is not reflected (LAPACK tau = 0): where
-    that holds for one trajectory only, `where` keeps its lanes unreflected, and its next norm is
-    `householder_lanes`' scalar sum (`_next_norm`).
-    """
-    d = at.shape[0]
-    r = min(n, d)
-    xnorm2_a, xnorm2_b = norms[0], norms[WIDTH]
-    for k in range(r):
-        ka, kb = k, WIDTH + k
-        rkk_a, u0_a, un_a = _column(at[k, ka], xnorm2_a)
-        rkk_b, u0_b, un_b = _column(at[k, kb], xnorm2_b)
-        reflect_a, reflect_b = xnorm2_a != 0.0, xnorm2_b != 0.0
-        if reflect_a:
-            at[k, ka] = u0_a
-        if reflect_b:
-            at[k, kb] = u0_b
-        if k + 1 < n:
-            next_a = next_b = 0.0
-            if reflect_a or reflect_b:
-                if k >= 3:
-                    next_a, next_b = _reflect_quads(at, k, ka, kb, un_a, un_b, reflect_a, reflect_b)
-                else:
-                    next_a, next_b = _reflect16(at, k, ka, kb, un_a, un_b, reflect_a, reflect_b)
-            xnorm2_a = next_a if reflect_a else _next_norm(at, k, d, ka + 1)
-            xnorm2_b = next_b if reflect_b else _next_norm(at, k, d, kb + 1)
-        for j in range(k):
-            rl[k, j] = 0.0
-            rl[k, WIDTH + j] = 0.0
-        rl[k, ka] = rkk_a
-        rl[k, kb] = rkk_b
-        for j in range(k + 1, n):
-            rl[k, j] = at[k, j]
-            rl[k, WIDTH + j] = at[k, WIDTH + j]
 
 
 @njit(nogil=True, cache=True, inline="always")

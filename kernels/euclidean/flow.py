@@ -8,7 +8,7 @@ K_h (d x d), inverse temperature beta:
 
 The state integrated (float64) is the rescaled tokens z, with the growth e^{tV} (V = sum_h V_h)
 or, for the discrete-time transformer, R^k = (I + hV)^k taken out exactly; x = E z is recovered
-where needed. Schemes, h = T / layers (`euclidean_schemes`): "euler" and "rk4" for the continuous
+where needed. Schemes, h = T / layers (`euclidean.schemes`): "euler" and "rk4" for the continuous
 flow on z = e^{-tV} x, "discrete" for the transformer x^{k+1} = x^k + h sum_h sum_j P^h V_h x^k_j
 ([GLPR-E] (3)) on Remark 4's z^k = R^{-k} x^k. For V = I and one head an explicit Euler step
 z_i + h sum_j P_ij (z_j - z_i) is a convex combination for h <= 1, so conv{z} never grows, in
@@ -51,17 +51,17 @@ filled into one record of arrays (`outcomes.allocate_outputs`, z_final doubling 
 import numpy as np
 from numba import njit
 
-from . import (
+from .. import (
     cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
     vocabulary,
 )
-from .ensembles import ENSEMBLE_CODES, draw_matrix
-from .euclidean_schemes import (  # noqa: F401
+from ..ensembles import ENSEMBLE_CODES, draw_matrix
+from ..outcomes import allocate_outputs, record_class
+from .reductions import all_finite, initial_radius, record
+from .schemes import (  # noqa: F401
     DISCRETE,
     INTEGRATOR_CODES,
     RK4,
-    _matmul,
-    _project,
     advance,
     allocate_frame,
     allocate_work,
@@ -70,8 +70,8 @@ from .euclidean_schemes import (  # noqa: F401
     copy_frame,
     discrete_frame,
     expm,
+    matmul,
 )
-from .outcomes import allocate_outputs, record_class, union
 
 VALUE_ENSEMBLES = vocabulary.EUCLIDEAN_VALUE_ENSEMBLES
 MAX_CONDITION = vocabulary.EUCLIDEAN_MAX_CONDITION
@@ -87,117 +87,9 @@ EuclideanFlowOutcomes = record_class("EuclideanFlowOutcomes", OUTPUTS, __name__)
 
 
 @njit(nogil=True, cache=True)
-def _all_finite(z):
-    for x in z.ravel():
-        if not np.isfinite(x):
-            return False
-    return True
-
-
-@njit(nogil=True, cache=True)
-def count_clusters_dist(z, thr):
-    """Components of the graph on the rows of z (n, d) with an edge where |z_i - z_j| <= thr."""
-    n, d = z.shape
-    parent = np.arange(n)
-    count = n
-    thr2 = thr * thr
-    for i in range(n):
-        for j in range(i + 1, n):
-            dist2 = 0.0
-            for a in range(d):
-                diff = z[i, a] - z[j, a]
-                dist2 += diff * diff
-            if dist2 <= thr2:
-                count -= union(parent, i, j)
-    return count
-
-
-@njit(nogil=True, cache=True)
-def initial_radius(z):
-    """max_i |z_i - mean_j z_j| for z (n, d); 1.0 when it is 0 (single token, coincident start)."""
-    n, d = z.shape
-    mean = np.zeros(d)
-    for i in range(n):
-        for a in range(d):
-            mean[a] += z[i, a] / n
-    r2 = 0.0
-    for i in range(n):
-        acc = 0.0
-        for a in range(d):
-            diff = z[i, a] - mean[a]
-            acc += diff * diff
-        r2 = max(r2, acc)
-    return np.sqrt(r2) if r2 > 0.0 else 1.0
-
-
-@njit(nogil=True, cache=True)
-def log_boolean_defect(z, qe, ke, beta, qz, kz, row):
-    """log D of the attention matrix of z (n, d) with logits beta <QE z_i, KE z_j> (module
-    docstring): the second largest over rows of log(1 - max_j P_ij); -inf when n = 1.
-    qe, ke: (d, d) of one head; qz, kz: (n, d) and row: (n,) work arrays."""
-    n, d = z.shape
-    if n < 2:
-        return -np.inf
-    _project(z, qe, ke, qz, kz)
-    first = -np.inf  # the largest and second largest log delta_i so far
-    second = -np.inf
-    for i in range(n):
-        lead = 0
-        for j in range(n):
-            acc = 0.0
-            for a in range(d):
-                acc += qz[i, a] * kz[j, a]
-            row[j] = beta * acc
-            if row[j] > row[lead]:
-                lead = j
-        m = row[lead]
-        m2 = -np.inf
-        for j in range(n):
-            if j != lead and row[j] > m2:
-                m2 = row[j]
-        off = 0.0
-        total = 0.0
-        for j in range(n):
-            total += np.exp(row[j] - m)
-            if j != lead:
-                off += np.exp(row[j] - m2)
-        value = (m2 - m) + np.log(off) - np.log(total)
-        if np.isnan(value):  # logits overflowed (e^{tV} too large): no defect to report
-            return np.nan
-        if value > first:
-            second = first
-            first = value
-        elif value > second:
-            second = value
-    return second
-
-
-@njit(nogil=True, cache=True)
-def record(z, frame, beta, thr, out, r, c, work):
-    """Checkpoint c of trajectory r with state z (n, d) in `frame` (E, QE, KE, M), into the record
-    out: n_clusters of z, spread = max_i |E z_i|, log_boolean_defect of the first head's P
-    (work: `allocate_work`'s arrays, qz, kz and row used)."""
-    e = frame[0]
-    out.log_boolean_defect[r, c] = log_boolean_defect(z, frame[1][0], frame[2][0], beta, work[0],
-                                                      work[1], work[8])
-    n, d = z.shape
-    out.n_clusters[r, c] = count_clusters_dist(z, thr)
-    s2 = 0.0
-    for i in range(n):
-        acc = 0.0
-        for a in range(d):
-            xa = 0.0
-            for b in range(d):
-                xa += e[a, b] * z[i, b]
-            acc += xa * xa
-        s2 = max(s2, acc)
-    out.spread[r, c] = np.sqrt(s2)
-
-
-@njit(nogil=True, cache=True)
 def _power_step(m, power, work):
     """power <- m @ power."""
-    _matmul(m, power, work)
+    matmul(m, power, work)
     power[:, :] = work
 
 
@@ -260,7 +152,7 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
             if nonfinite[r]:
                 continue
             advance(z[r], scheme, h, beta, f0, f_mid, f1, work)
-            if not _all_finite(z[r]):  # checkpoints c.. keep their missing values
+            if not all_finite(z[r]):  # checkpoints c.. keep their missing values
                 nonfinite[r] = True
                 z[r] = np.nan
         if checkpoints[c] == step + 1:
@@ -274,7 +166,7 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
         if nonfinite[r]:
             continue  # P_final keeps its missing NaN
         attention_matrix(z[r], f0[1][0], f0[2][0], beta, qz, kz, p_final[r])
-        if not _all_finite(p_final[r]):
+        if not all_finite(p_final[r]):
             nonfinite[r] = True
             p_final[r] = np.nan
             z[r] = np.nan
@@ -289,7 +181,7 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
 
 def draw_start(rng, init, n, d, box):
     """One trajectory's start (n, d) from its Generator (order: see module docstring)."""
-    from .starts import draw_start as draw
+    from ..starts import draw_start as draw
 
     if init == "box":
         return draw(rng, "box", n, d, half_width=box)

@@ -22,7 +22,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from .. import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 
 
 @intrinsic

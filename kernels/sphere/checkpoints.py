@@ -1,4 +1,4 @@
-"""Per-checkpoint outcomes of the sphere flow (`sphere_flow.OUTPUTS`, docs/models.md section 2.3).
+"""Per-checkpoint outcomes of the sphere flow (`sphere.flow.OUTPUTS`, docs/models.md section 2.3).
 
 Besides the shared ones of `outcomes` (overlap extremes, cluster class and count):
 - frac_close: fraction of pairs i < j with <x_i, x_j> >= 1 - delta ([GLPR-P] Fig. 3; 1 if n = 1);
@@ -9,19 +9,19 @@ Besides the shared ones of `outcomes` (overlap extremes, cluster class and count
   trajectory with the memory `hemisphere_test` keeps: `memory(d)`, reset per trajectory).
 
 `record` takes the state as rows x (n, d), `record_t` in the transposed layout xt (d, n) of
-`sphere_symmetric` (float64 or float32); both compute the overlaps with the serial-in-k sums of
+`sphere.symmetric` (float64 or float32); both compute the overlaps with the serial-in-k sums of
 `outcomes.gram` (`gram_t`: the same bits, vectorised over j), so they return the same outputs.
 """
 
 import numpy as np
 from numba import njit
 
-from . import (
+from .. import (
     cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
     outcomes,
 )
-from .hemisphere import hemisphere_test
-from .vecmath import exp_unclamped, exp_vec
+from ..hemisphere import hemisphere_test
+from ..lowlevel.vecmath import exp_unclamped, exp_vec
 
 
 @njit(nogil=True, cache=True)

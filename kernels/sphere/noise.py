@@ -11,7 +11,7 @@ correction that keeps |x_i| = 1, and the retraction below produces it: the step
 
     x_i <- N( x_i + h F_i(x, t) + sigma sqrt(h) P_{x_i} xi_i ),   N(y) = y / |y|,
 
-(F the drift of `sphere_drift.field`, xi_i standard normal in R^d) is the retraction Euler step of
+(F the drift of `sphere.drift.field`, xi_i standard normal in R^d) is the retraction Euler step of
 the deterministic flow plus a projected Gaussian increment; |x + s P xi|^2 = 1 + s^2 |P xi|^2 + O(h)
 gives the -(d - 1) sigma^2 h / 2 x drift to first order, so the scheme converges weakly (order 1)
 to the SDE above.
@@ -24,9 +24,9 @@ for "independent", d standard normals (one xi for every token) for "common".
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (numba's cache folder, before any decoration)
-from .sphere_drift import field
-from .vecmath import tiny_like
+from .. import cache  # noqa: F401  (numba's cache folder, before any decoration)
+from ..lowlevel.vecmath import tiny_like
+from .drift import field
 
 NONE = 0
 INDEPENDENT = 1
@@ -38,7 +38,7 @@ NOISE_CODES = {"independent": INDEPENDENT, "common": COMMON}
 def noisy_euler_step(x, t, h, par, mats, ws, ls, f, rng, mode, sigma):
     """x (n, d) <- the projected Euler-Maruyama step with retraction (module docstring), in place.
 
-    par, mats, ws: as `sphere_drift.step`; ls (n,), f (n, d): scratch in x's dtype; rng: the
+    par, mats, ws: as `sphere.drift.step`; ls (n,), f (n, d): scratch in x's dtype; rng: the
     trajectory's Generator; mode: INDEPENDENT or COMMON; sigma > 0. False if non-finite.
     """
     n, d = x.shape

@@ -26,7 +26,7 @@ from numba import njit
 from numba.core import types
 from numba.core.extending import intrinsic
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from .. import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
 
 TABLE_BITS = 7
 _N = 1 << TABLE_BITS

@@ -1,6 +1,6 @@
 """Reference integrator of the stochastic transformer's limit SDE ([F26] Thm 1; docs/models.md 4.4).
 
-The limit of the discrete model (kernels/stochastic.py) as h -> 0 is the Ito SDE on the sphere
+The limit of the discrete model (kernels/stochastic/transformer.py) as h -> 0 is the Ito SDE on the sphere
 
     dx_i = P_{x_i} dW A_i(X) - ((d-1)/2) s^2 |A_i|^2 x_i dt,
 
@@ -22,20 +22,20 @@ the exact Gaussian factor (`attention.householder_r`, `gaussian_values`, r = min
 dW A_i in law: the same numbers as `noise: gaussian`, so the two schemes run on the same Brownian
 increments. USA's scale e^{c_i} multiplies the step: a non-finite step stops the trajectory
 (flagged nonfinite), as in the discrete model. Q, K: logits beta <x_i, M x_j>, M = Q^T K, as
-there. Early stopping, checkpoints and outputs: as kernels/stochastic.py.
+there. Early stopping, checkpoints and outputs: as kernels/stochastic/transformer.py.
 """
 
 import numpy as np
 from numba import njit
 
-from . import (
+from .. import (
     cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
     observables,
 )
-from .attention import attention, gaussian_values, gram, householder_r, normalize_row, normalize_rows, uniform_start
-from .outcomes import finish_trajectory, record_overlaps, resolved_for
-from .stochastic_general import stop
-from .stochastic_options import bilinear_logits
+from ..attention import attention, gaussian_values, gram, householder_r, normalize_row, normalize_rows, uniform_start
+from ..outcomes import finish_trajectory, record_overlaps, resolved_for
+from .general import stop
+from .options import bilinear_logits
 
 __all__ = ["geodesic_step"]
 
@@ -71,7 +71,7 @@ def geodesic_step(x, sqrt_h, logscale, direction):
 @njit(nogil=True, cache=True)
 def trajectory_sde(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, eps, batch, window,
                    out, r, states, m):
-    """Integrate trajectory r by the geodesic scheme; arguments as `stochastic._trajectory`
+    """Integrate trajectory r by the geodesic scheme; arguments as `stochastic.transformer._trajectory`
     (steps = layers, m: (d, d) Q^T K or (0, 0) for Q = K = I)."""
     n, d = x.shape
     qk = m.shape[0] > 0

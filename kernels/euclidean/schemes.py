@@ -35,7 +35,7 @@ rounding does not vanish once tokens merge).
 import numpy as np
 from numba import njit
 
-from . import (
+from .. import (
     cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
     vocabulary,
 )
@@ -49,7 +49,7 @@ _TAYLOR_DEGREE = 18
 
 
 @njit(nogil=True, cache=True)
-def _matmul(a, b, out):
+def matmul(a, b, out):
     """out = a @ b for square (d, d) arrays; out must not alias a or b."""
     d = a.shape[0]
     for i in range(d):
@@ -83,12 +83,12 @@ def expm(a, out):
         for j in range(d):
             out[i, j] = 1.0 if i == j else 0.0
     for k in range(_TAYLOR_DEGREE, 0, -1):
-        _matmul(scaled, out, work)
+        matmul(scaled, out, work)
         for i in range(d):
             for j in range(d):
                 out[i, j] = work[i, j] / k + (1.0 if i == j else 0.0)
     for _ in range(s):
-        _matmul(out, out, work)
+        matmul(out, out, work)
         out[:, :] = work
 
 
@@ -103,8 +103,8 @@ def allocate_frame(heads, d):
 def _project_heads(e, q, k, frame):
     """QE_h = Q_h E and KE_h = K_h E for every head, E = frame[0] (already filled)."""
     for h in range(q.shape[0]):
-        _matmul(q[h], e, frame[1][h])
-        _matmul(k[h], e, frame[2][h])
+        matmul(q[h], e, frame[1][h])
+        matmul(k[h], e, frame[2][h])
 
 
 @njit(nogil=True, cache=True)
@@ -122,8 +122,8 @@ def continuous_frame(t, v_sum, v, q, k, frame):
     work = np.empty((d, d))
     expm(-t * v_sum, inv)
     for h in range(heads):
-        _matmul(inv, v[h], work)
-        _matmul(work, e, m[h])
+        matmul(inv, v[h], work)
+        matmul(work, e, m[h])
 
 
 @njit(nogil=True, cache=True)
@@ -135,14 +135,14 @@ def discrete_frame(power, inv_power, rinv, v, q, k, frame):
     _project_heads(e, q, k, frame)
     heads, d, _ = v.shape
     if heads == 1:
-        _matmul(rinv, v[0], m[0])
+        matmul(rinv, v[0], m[0])
         return
     work = np.empty((d, d))
     work2 = np.empty((d, d))
     for h in range(heads):
-        _matmul(inv_power, v[h], work)
-        _matmul(work, power, work2)
-        _matmul(rinv, work2, m[h])
+        matmul(inv_power, v[h], work)
+        matmul(work, power, work2)
+        matmul(rinv, work2, m[h])
 
 
 @njit(nogil=True, cache=True)
@@ -155,7 +155,7 @@ def copy_frame(src, dst):
 
 
 @njit(nogil=True, cache=True)
-def _project(z, qe, ke, qz, kz):
+def project(z, qe, ke, qz, kz):
     """qz_i = QE z_i, kz_i = KE z_i for the rows of z (n, d)."""
     n, d = z.shape
     for i in range(n):
@@ -177,7 +177,7 @@ def attention_matrix(z, qe, ke, beta, qz, kz, p):
     p: (n, n) output.
     """
     n, d = z.shape
-    _project(z, qe, ke, qz, kz)
+    project(z, qe, ke, qz, kz)
     for i in range(n):
         m = -np.inf
         for j in range(n):
@@ -206,7 +206,7 @@ def velocity(z, frame, beta, qz, kz, row, mix, out):
     _, qe, ke, m = frame
     n, d = z.shape
     for h in range(qe.shape[0]):
-        _project(z, qe[h], ke[h], qz, kz)
+        project(z, qe[h], ke[h], qz, kz)
         for i in range(n):
             mx = -np.inf
             for j in range(n):

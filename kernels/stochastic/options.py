@@ -1,6 +1,6 @@
 """The stochastic transformer's generalised options (docs/models.md 4.4): value laws, Q and K, schemes.
 
-Shared by the discrete model (`stochastic`) and the SDE scheme (`stochastic_sde`): the names a spec
+Shared by the discrete model (`stochastic.transformer`) and the SDE scheme (`stochastic.sde`): the names a spec
 may use, the check that a law, a noise path and a scheme fit together, and the logits of a query-key
 pair, beta <Q x_i, K x_j> = beta x_i^T M x_j with M = Q^T K, M fixed or drawn per trajectory.
 """
@@ -8,8 +8,8 @@ pair, beta <Q x_i, K x_j> = beta x_i^T M x_j with M = Q^T K, M fixed or drawn pe
 import numpy as np
 from numba import njit
 
-from . import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
-from .attention import VALUE_LAW_CODES
+from .. import cache  # noqa: F401  (selects numba's cache folder before anything is decorated)
+from ..attention import VALUE_LAW_CODES
 
 VALUE_LAWS = tuple(VALUE_LAW_CODES)  # the value entries' laws
 SCHEMES = ("discrete", "sde")  # the transformer itself, or the reference integrator of its SDE
@@ -56,13 +56,13 @@ def check_options(noise, value_law, scheme):
 def query_key(d, qk, matrices):
     """None for Q = K = I, else rng -> M = Q^T K (d, d): fixed, or drawn per trajectory after the
     start as the sphere flow draws one head's Q, K (kernels/ensembles.py)."""
-    from . import ensembles as ens
-    from .sphere_flow import _resolve_weights
+    from .. import ensembles as ens
+    from ..sphere.arguments import resolve_weights
 
     matrices = {k: v for k, v in (matrices or {}).items() if k in ("Q", "K")}
     if qk == "identity" and not matrices:  # the default: no weights to build (a trivial
         return None                        # partition paid ~0.3 ms for them)
-    q, k, v, (q_kind, k_kind, _), identity, _ = _resolve_weights(1, d, qk, "identity", matrices, None)
+    q, k, v, (q_kind, k_kind, _), identity, _ = resolve_weights(1, d, qk, "identity", matrices, None)
     if identity:
         return None
     m = np.empty((1, d, d))
