@@ -7,7 +7,7 @@ Run:  python benchmarks/bench_finite_t.py [--trajectories 6000] [--layers 1000 2
 For every model, cell, checkpoint and class (antipodal, single, unresolved): the simulated fraction
 at each step h = T / layers (the real path: spec -> store -> numba kernel -> antipodal_table), its
 h -> 0 extrapolation (`analysis.step_bias.zero_step_fit`, linear, 99 %), the backward-equation
-probability at t (`theory_finite`) and, for P(antipodal), the closed form (t = infinity). The
+probability at t (`theory.finite`) and, for P(antipodal), the closed form (t = infinity). The
 slope column is the measured O(h) bias per unit h (with its 99 % interval), the number the
 finite-T simulation tests widen by.
 """

@@ -6,7 +6,7 @@ Run:  python benchmarks/bench_zero_step.py [--T 20] [--layers 400 800 2000] [--b
 One sweep of the deep stochastic transformer with `layers` as a grid axis (the real path: spec
 -> store -> numba kernel -> antipodal_table), then per cell: P(antipodal) at every h, the linear
 and quadratic WLS extrapolations to h = 0 with their 99 % intervals
-(`analysis.step_bias.zero_step_table`), the finite-T theory at T (`theory_finite`) and the
+(`analysis.step_bias.zero_step_table`), the finite-T theory at T (`theory.finite`) and the
 closed form (T = infinity), and whether each interval holds the finite-T theory (no widening).
 """
 

@@ -154,13 +154,13 @@ HYBRID = {"name": "sigma-edge", "model": "hybrid", "attention": "usa",
           "time": {"T": 10.0, "layers": 2000, "checkpoints": 2},  # sigma^2 h (e^beta / 2)^2 <= 0.04
           "trajectories": 64, "partition_traj": 64, "seed": 7}
 # At T = 10 the pair near sigma_c = sqrt(2 / e) = 0.858 is still unresolved, so what the search finds
-# is the crossing of P(antipodal at T), the backward equation's (theory_finite), not sigma_c; the
+# is the crossing of P(antipodal at T), the backward equation's (theory.finite), not sigma_c; the
 # allowance: P within 0.1 of it (the discrete model's O(h) bias, not documented for the hybrid model)
 HYBRID_ALLOWANCE = 0.1
 
 
 def crossing_at_T(level: float) -> float:
-    from tokensweep.pipeline import theory_finite
+    from tokensweep.pipeline.theory import finite as theory_finite
     return brentq(lambda s: float(theory_finite.hybrid_outcomes(10.0, 1.0, s, "usa", 3).antipodal) - level,
                   0.9, 2.0, xtol=1e-4)
 

@@ -1,5 +1,5 @@
 """The horizon section: P(antipodal) at every checkpoint of a real small cube (the catalog entry
-fedorov2026-horizon on a smaller grid) against the finite-T theory of `theory_finite`."""
+fedorov2026-horizon on a smaller grid) against the finite-T theory of `theory.finite`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_report_overlaps import cube_and_report, entry, section, table_rows
 
-from tokensweep.pipeline import theory_finite
+from tokensweep.pipeline.theory import finite as theory_finite
 from tokensweep.pipeline.analysis.stats import closed_form, wilson_interval
 from tokensweep.pipeline.report.horizon import horizon_table
 from tokensweep.pipeline.store.cube import open_cube

@@ -28,7 +28,7 @@ from tokensweep.pipeline.report import write_report
 from tokensweep.pipeline.spec.load import parse_sweep, read_spec
 from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.store.cube import open_cube
-from tokensweep.pipeline.theory_sharp import sharp_overlaps
+from tokensweep.pipeline.theory.sharp import sharp_overlaps
 
 
 def entry(name: str, **changes) -> dict:

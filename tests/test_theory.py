@@ -1,4 +1,4 @@
-"""Closed forms of pipeline/theory.py, each against something computed another way.
+"""Closed forms of pipeline/theory/, each against something computed another way.
 
 - quoted values: the numbers of design/models.md (sections 2 and 4/5);
 - exit probabilities: solve_bvp of the backward equation and Euler-Maruyama Monte Carlo of the
@@ -144,7 +144,9 @@ def test_curve_computes_each_beta_once_and_is_monotone():
     # the vectorised call evaluates each distinct (beta, d) once and sets up the quadrature of
     # the scale function once per beta above beta_c, repeats and later calls come from the cache.
     betas = np.linspace(0, 3, 200) + 1e-7  # offset: never served from another test's cache
-    scalar, parts = th._antipodal_probability_scalar, th._transformer_parts
+    from tokensweep.pipeline.theory import two_token  # the caches live with the two-token forms
+
+    scalar, parts = two_token._antipodal_probability_scalar, two_token._transformer_parts
     s0, q0 = scalar.cache_info(), parts.cache_info()
     p_both = th.antipodal_probability(np.concatenate([betas, betas[::-1]]), 6)  # each beta twice
     s1, q1 = scalar.cache_info(), parts.cache_info()

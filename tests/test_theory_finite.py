@@ -1,4 +1,4 @@
-"""Finite-T class probabilities of the two-token diffusions (pipeline/theory_finite.py).
+"""Finite-T class probabilities of the two-token diffusions (pipeline/theory/finite.py).
 
 - discretisation: grid refinement shows second-order convergence and a small error;
 - T -> infinity: the solver's limit is the scale-function closed form (`theory`), within the
@@ -17,7 +17,7 @@ import xarray as xr
 from scipy import special
 
 from tokensweep.pipeline import theory as th
-from tokensweep.pipeline import theory_finite as tf
+from tokensweep.pipeline.theory import finite as tf
 from tokensweep.pipeline.analysis.antipodal import antipodal_table
 from tokensweep.pipeline.analysis.stats import wilson_interval
 from tokensweep.pipeline.execute import pending_partitions, run_partition

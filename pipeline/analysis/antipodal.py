@@ -15,7 +15,7 @@ a chi-square statistic with one degree of freedom per cell (`stats.chi_square_su
 The closed form is the cube's model's `antipodal_probability(sweep, cells)` (NaN where none
 applies), or any callable passed as `theory`: the T = infinity limit. At the finite checkpoint t
 the model's `finite_time_outcomes` (the backward equation of the limit diffusion,
-`theory_finite`, docs/models.md section 4.5) gives the class probabilities at t: `theory_t`
+`theory.finite`, docs/models.md section 4.5) gives the class probabilities at t: `theory_t`
 (antipodal), `single_t` and `unresolved_t`, with `z_t` scored against `theory_t`. The band
 [theory_t, theory_t + unresolved_t] is where the eventual P(antipodal) of the trajectories still
 unresolved at t may take the estimate.

@@ -5,7 +5,7 @@ at fixed T and a smooth outcome law its class probabilities expand as
 
     p(h) = p_0 + c_1 h + c_2 h^2 + ...,   h = T / layers,
 
-and p_0 is the limit diffusion's probability at T (`theory_finite`; the closed form once T is
+and p_0 is the limit diffusion's probability at T (`theory.finite`; the closed form once T is
 large). Per cell, with k_j antipodal of N_j trajectories at step h_j (independent streams per
 layer count, `pipeline/seeds.py`), we fit p_j ~ X beta by weighted least squares with the
 binomial weights w_j = N_j / (p_j (1 - p_j)), X = [1, h] (linear) or [1, h, h^2] (the check).

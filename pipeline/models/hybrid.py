@@ -82,9 +82,9 @@ class Hybrid(Model):
 
     def finite_time_outcomes(self, sweep, cells: dict, t: float) -> np.ndarray:
         """(P(antipodal), P(single), P(unresolved)) of two tokens at time(s) t, shape
-        (3, cells..., t's shape), from the backward equation (`theory_finite`); NaN where none
+        (3, cells..., t's shape), from the backward equation (`theory.finite`); NaN where none
         applies or sigma = 0."""
-        from .. import theory_finite  # scipy: imported where a closed form is asked for
+        from ..theory import finite as theory_finite  # scipy: imported where a closed form is asked for
 
         beta, d, _, mask = two_token_cells(cells)
         sigma = np.broadcast_to(np.asarray(cells.get("sigma", np.nan), float), beta.shape)

@@ -298,7 +298,7 @@ class SphereFlow(Model):
         if (sweep.attention not in CLOSED_FORM_ATTENTIONS or not self.plain(sweep, "minus_identity")
                 or int(n) < 2 or int(d) < 2):
             return None
-        from ..theory_sharp import sharp_overlaps
+        from ..theory.sharp import sharp_overlaps
         return sharp_overlaps(n, d)
 
     def hemisphere_probability(self, sweep, n, d):

@@ -182,8 +182,8 @@ class StochasticTransformer(Model):
     def finite_time_outcomes(self, sweep, cells: dict, t: float) -> np.ndarray:
         """(P(antipodal), P(single), P(unresolved)) of two tokens at time(s) t, shape
         (3, cells..., t's shape): the backward Kolmogorov equation of the limit diffusion
-        (`theory_finite`); NaN where the closed form does not apply."""
-        from .. import theory_finite  # scipy: imported where a closed form is asked for
+        (`theory.finite`); NaN where the closed form does not apply."""
+        from ..theory import finite as theory_finite  # scipy: imported where a closed form is asked for
 
         beta, d, _, mask = two_token_cells(cells)
         rho0 = initial_overlap(sweep, cells, beta.shape)

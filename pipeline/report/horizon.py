@@ -1,7 +1,7 @@
 """Report section of P(antipodal) at every checkpoint against the finite-T theory ([F26] App. D.1).
 
 A two-token cube with `cluster_class` over several checkpoints, of a model with the closed form
-`finite_time_outcomes` (the backward Kolmogorov equation of the limit diffusion, `theory_finite`):
+`finite_time_outcomes` (the backward Kolmogorov equation of the limit diffusion, `theory.finite`):
 at each checkpoint t and cell, p = n_antipodal / N with its Wilson interval against P(antipodal at t),
 and the unresolved fraction against its predicted value (`horizon.png`: P(antipodal) over t with
 error bars and the theory drawn densely in t, the unresolved fraction dashed). One table row per
@@ -11,7 +11,7 @@ measured and predicted. The checkpoints of one trajectory are not independent, s
 per checkpoint, never pooled over t.
 
 One solve per cell covers every time, and it is the one the main table at T already made (the
-model passes `theory_finite.report_times` along with every request), so the section costs little
+model passes `theory.finite.report_times` along with every request), so the section costs little
 beyond it; cubes with more than `MAX_CELLS` cells get one line instead (their last checkpoint is in
 the main table).
 """
@@ -22,7 +22,7 @@ import numpy as np
 import xarray as xr
 from scipy import stats
 
-from .. import theory_finite
+from ..theory import finite as theory_finite
 from ..analysis.antipodal import agrees, antipodal_table
 from ..analysis.stats import cells_of, closed_form
 from ..plugin import Part, ReportInput
@@ -49,7 +49,7 @@ def horizon_table(ds: xr.Dataset, level: float = 0.95) -> xr.Dataset | None:
     dims = row_order([d for d in table.n_traj.dims if d != "t"])
     table = table.transpose(*dims, "t")
     first = table.n_traj.isel(t=0, drop=True)
-    # the model's own solve covers these (theory_finite.report_times): no second solve per cell
+    # the model's own solve covers these (theory.finite.report_times): no second solve per cell
     t_dense = np.asarray(theory_finite.report_times(times.max(), times))
     probs = np.asarray(form(cells_of(table, dims, first), t_dense), float)  # (3, cells..., t_dense)
     if not np.isfinite(probs).any():

@@ -156,7 +156,7 @@ def sharp_section(report: ReportInput) -> Part:
         "configurations: for n <= d + 1 the regular simplex (every overlap -1/(n-1); overlap_max = "
         "-1/(n-1) alone certifies it, since the mean overlap is at least -1/(n-1)), for n = 2d the "
         "cross-polytope (overlaps -1 and 0; min and max are necessary, not sufficient). Expected values "
-        "from theory_sharp.sharp_overlaps; measured: mean over trajectories at T. max dev: largest "
+        "from theory.sharp.sharp_overlaps; measured: mean over trajectories at T. max dev: largest "
         f"max(abs(min - expected min), abs(max - expected max)) over trajectories at t = {t_before:g} and at T "
         "(a shrinking dev is convergence; the configuration is a fixed point of the integrator too, so "
         f"the step moves the limit not at all). Within eps: fraction of trajectories with dev <= eps = "

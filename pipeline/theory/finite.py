@@ -62,7 +62,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import integrate, interpolate, sparse, special, stats
 
-from .theory import _check_attention, _check_d
+from .scale import check_attention, check_d
 
 __all__ = ["Outcomes", "stochastic_outcomes", "hybrid_outcomes", "report_times", "RESOLUTION",
            "DENSE_INTERVALS"]
@@ -242,7 +242,7 @@ def stochastic_outcomes(t, beta: float, d: int, attention: str = "sa", eps: floa
     >>> round(float(o.unresolved[0]), 3), round(float(o.antipodal[1]), 3)
     (0.999, 0.363)
     """
-    attention, d = _check_attention(attention), _check_d(d)
+    attention, d = check_attention(attention), check_d(d)
     if not np.isfinite(beta) or beta < 0:
         raise ValueError(f"beta={beta!r} must be finite and >= 0")
     if not value_std > 0:
@@ -259,7 +259,7 @@ def hybrid_outcomes(t, beta: float, sigma: float, attention: str = "usa", d: int
     through the uniform start law only. Converges to `theory.hybrid_antipodal_probability`.
     along: further times solved with t (module docstring), not returned.
     """
-    attention, d = _check_attention(attention), _check_d(d)
+    attention, d = check_attention(attention), check_d(d)
     if not np.isfinite(sigma) or sigma <= 0:
         raise ValueError(f"sigma={sigma!r}: the finite-T solver needs noise, sigma > 0")
     if not np.isfinite(beta) or beta < 0:
