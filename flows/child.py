@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from ..pipeline.errors import SpecError, StoreError, SweepError
-from ..pipeline.spec import SweepBase
+from ..pipeline.spec.base import SweepBase
 
 __all__ = ["SweepError", "run_in_child"]
 
