@@ -30,7 +30,7 @@ from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.report import write_report
 from tokensweep.pipeline.report.agreement import agreement_table
 from tokensweep.pipeline.report.index import write_index
-from tokensweep.pipeline.spec import parse_sweep
+from tokensweep.pipeline.spec.load import parse_sweep
 from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.store.cube import open_cube
 
