@@ -109,10 +109,10 @@ def slow_reference(tmp_path_factory):
     return reference_cube(SLOW, tmp_path_factory.mktemp("reference") / "slow.zarr")
 
 
-def run_tokensweep(*args, env_extra=None, timeout=300) -> subprocess.CompletedProcess:
+def run_tokensweep(*args, env_extra=None, timeout=300, cwd=None) -> subprocess.CompletedProcess:
     env = {**os.environ, "NUMBA_NUM_THREADS": "1", **(env_extra or {})}
     return subprocess.run([TOKENSWEEP, *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+                          timeout=timeout, cwd=cwd)
 
 
 DASK_CONFIG_AT_START = os.environ.get("DASK_CONFIG")
@@ -128,7 +128,7 @@ def refresh_dask_config() -> None:
         dask.config.refresh(paths=paths + ([folder] if folder else []))
 
 
-def run_in_process(*args, env_extra=None, timeout=None) -> subprocess.CompletedProcess:
+def run_in_process(*args, env_extra=None, timeout=None, cwd=None) -> subprocess.CompletedProcess:
     """`tokensweep ARGS...` through `main(argv)` in this process: its exit code and what it wrote
     to stdout and stderr (file descriptors included: the CLI sends logs to fd 2)."""
     from tokensweep.flows.cli import main
@@ -137,6 +137,9 @@ def run_in_process(*args, env_extra=None, timeout=None) -> subprocess.CompletedP
     saved_env = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     refresh_dask_config()
+    folder = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
     streams = sys.stdout, sys.stderr
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         for stream in streams:
@@ -161,6 +164,7 @@ def run_in_process(*args, env_extra=None, timeout=None) -> subprocess.CompletedP
                 else:
                     os.environ[k] = v
             refresh_dask_config()
+            os.chdir(folder)
         texts = []
         for f in (out, err):
             f.seek(0)

@@ -29,7 +29,6 @@ import math
 import os
 import subprocess
 import sys
-import textwrap
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,17 +36,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import run_tokensweep, the_flow_run_of_store, wait_for_task_runs
 from pydantic import BaseModel
 from scipy import stats
-
-from conftest import run_tokensweep, the_flow_run_of_store, wait_for_task_runs
 
 from tokensweep.pipeline.models import ENTRY_POINT_GROUP, get_model, registry, sweep_adapter
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.plugin import Model, check_outputs
 from tokensweep.pipeline.seeds import trajectory_rngs
-from tokensweep.pipeline.spec.load import parse_sweep
 from tokensweep.pipeline.spec.base import SweepBase
+from tokensweep.pipeline.spec.load import parse_sweep
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -145,9 +143,9 @@ def check_store_and_report(model: Model, sweep: SweepBase, folder: Path) -> str:
     """A full tiny run in this process: store, every partition, report. Returns report.md."""
     from tokensweep.pipeline.execute import run_partition
     from tokensweep.pipeline.report import write_report
-    from tokensweep.pipeline.store.lifecycle import prepare_store
     from tokensweep.pipeline.store.cube import open_cube
     from tokensweep.pipeline.store.layout import DONE
+    from tokensweep.pipeline.store.lifecycle import prepare_store
 
     store = folder / f"{sweep.name}.zarr"
     assert prepare_store(sweep, store) == "created"
@@ -382,13 +380,10 @@ def test_external_model_runs_end_to_end(prefect_server, coin_site, write_spec, t
     assert "![phase](phase.png)" in text
 
 
-def test_unknown_model_is_refused(write_spec, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def test_unknown_model_is_refused(write_spec, tmp_path, cli):
     store = tmp_path / "never.zarr"
     spec = write_spec(COIN_SPEC)
-    refused = subprocess.run([str(Path(sys.executable).parent / "tokensweep"), "run", str(spec), "--store",
-                              str(store), "--workers", "2", "--no-progress"],
-                             capture_output=True, text=True, env=env, timeout=300)
+    refused = cli("run", spec, "--store", store, "--workers", "2", "--no-progress")
     assert refused.returncode == 2, refused.stdout + refused.stderr
     message = refused.stderr
     assert "unknown model 'coin'" in message, message

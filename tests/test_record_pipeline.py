@@ -6,13 +6,11 @@ the store-size limit. Real stores written by the real kernels."""
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
 
 import numpy as np
 import pytest
 import yaml
-from conftest import TINY, TOKENSWEEP
+from conftest import TINY, run_in_process
 
 import tokensweep
 from tokensweep.pipeline.errors import SpecError
@@ -120,9 +118,7 @@ def test_record_direction_is_checked():
 
 
 def cli(args, cwd, env_extra=None):
-    env = {**os.environ, "NUMBA_NUM_THREADS": "1", "COLUMNS": "400", **(env_extra or {})}
-    return subprocess.run([TOKENSWEEP, *map(str, args)], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=300)
+    return run_in_process(*args, cwd=cwd, env_extra={"COLUMNS": "400", **(env_extra or {})})
 
 
 def assert_one_error_line(result, *fragments):

@@ -117,6 +117,7 @@ def assert_self_contained(record: dict, figures: int) -> None:
     assert record["resources"] == [] and record["blocked"] == [], record
 
 
+@pytest.mark.slow  # starts a browser
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_every_figure_loads_in_chromium_without_a_request(reports, stores, tmp_path):
     for paths in reports.values():
@@ -125,6 +126,7 @@ def test_every_figure_loads_in_chromium_without_a_request(reports, stores, tmp_p
     assert_self_contained(browse(write_index(stores), tmp_path), 0)
 
 
+@pytest.mark.slow  # starts a browser
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_the_probe_sees_a_figure_not_embedded_and_an_external_request(tmp_path):
     page = tmp_path / "broken.html"

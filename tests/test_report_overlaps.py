@@ -150,6 +150,7 @@ def test_no_overlap_section_where_no_closed_form_applies(tmp_path):
     assert "## Sharp" not in text and "## Random starts" not in text and "## Causal" not in text
 
 
+@pytest.mark.slow  # starts a browser
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_the_overlap_figures_load_in_chromium(tmp_path):
     spec = entry("rst-causal-identity", grid={"beta": 1.0, "d": 3, "n": 2, "rho0": [-0.5, 0.5]}, trajectories=1)
