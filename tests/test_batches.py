@@ -12,24 +12,23 @@ from __future__ import annotations
 
 import copy
 import os
-import subprocess
 import time
 
 import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from conftest import OUTPUT_VARS, TINY, TOKENSWEEP, output_cube, reference_cube
+from conftest import OUTPUT_VARS, TINY, output_cube, reference_cube
 
 from tokensweep.pipeline import batch as batch_module
 from tokensweep.pipeline import plan as plan_module
 from tokensweep.pipeline.batch import BatchError, run_batch
 from tokensweep.pipeline.plan import Plan, default_batch_shape
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store.failures import read_error
-from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.store.cube import read_partition_table, read_status, store_batch_shape
+from tokensweep.pipeline.store.failures import read_error
 from tokensweep.pipeline.store.layout import DONE, FAILED, PENDING
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 # 2 x 3 cells x 3 blocks (12 trajectories by 5: the last block is partial) = 18 partitions
 SPEC = {**copy.deepcopy(TINY), "name": "batched", "grid": {"beta": [0.5, 2.0], "d": [3, 4, 5], "n": 2},
@@ -176,7 +175,7 @@ def test_a_batch_killed_mid_way_keeps_what_it_flushed(low_threshold, reference_s
     assert_same_numbers(store, reference_store)
 
 
-def test_status_of_twenty_thousand_partitions(tmp_path):
+def test_status_of_twenty_thousand_partitions(tmp_path, cli):
     """A store past the real threshold: `tokensweep status` reads one chunk per batch, and the
     counts and the failed partition it names are those written."""
     spec = {**SPEC, "grid": {"beta": {"start": 0.0, "stop": 3.0, "num": 100},
@@ -196,7 +195,7 @@ def test_status_of_twenty_thousand_partitions(tmp_path):
     group["status"][...] = np.full(plan.index_shape, DONE, dtype="i1")
     group["status"][plan.index_shape[0] - 1, plan.index_shape[1] - 1, 0, 0] = FAILED
     started = time.perf_counter()
-    out = subprocess.run([TOKENSWEEP, "status", str(store)], capture_output=True, text=True, timeout=120)
+    out = cli("status", store)
     seconds = time.perf_counter() - started
     assert out.returncode == 0, out.stderr
     assert "20000 partitions: 19999 done, 0 pending, 1 failed" in out.stdout

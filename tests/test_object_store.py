@@ -24,20 +24,23 @@ from integration.s3 import MotoServer, S3Unavailable
 from typer.testing import CliRunner
 
 from tokensweep.flows.cli import app
-from tokensweep.pipeline.store import location
 from tokensweep.pipeline.execute import run_partition
-from tokensweep.pipeline.store.failures import read_error, write_error, clear_error
-from tokensweep.pipeline.store.lock import read_lock, store_lock
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.store import location
 from tokensweep.pipeline.store.cube import read_status
+from tokensweep.pipeline.store.failures import clear_error, read_error, write_error
 from tokensweep.pipeline.store.layout import DONE
+from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.store.lock import read_lock, store_lock
 
 BUCKET = "tokensweep"
 # 2 cells x 2 blocks: each partition is tens of requests to the server, so few of them
 SMALL = {**TINY, "grid": {"beta": [0.5, 2.0], "d": 3, "n": 2}, "trajectories": 6, "partition_traj": 3}
 runner = CliRunner()
+
+
+pytestmark = pytest.mark.slow  # a moto server for the module
 
 
 @pytest.fixture(scope="module")
