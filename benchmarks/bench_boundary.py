@@ -4,7 +4,7 @@ Both run through the real sweep flow (Prefect + a local Dask cluster) into store
 model, seed and level: two tokens, d = 5, P(antipodal) crossing 0.1 along beta in [0.5, 4.5]
 (closed-form crossing 1.251; T = 10, h = 0.02, the same discrete model for both).
 
-* adaptive: `pipeline.boundary.boundary_search`, to width W; cost = points x trajectories of its
+* adaptive: `pipeline.search_store.boundary_search`, to width W; cost = points x trajectories of its
   store;
 * dense: beta on a grid of spacing W / 2 (so spacing W is its every other point), grown in
   trajectories until a grid reaches an interval of width <= W with the same decision rule
@@ -34,7 +34,8 @@ import numpy as np
 
 from tokensweep.flows.cli.boundary import round_runner, search_cluster
 from tokensweep.pipeline import theory
-from tokensweep.pipeline.boundary import Design, StoreEvaluate, boundary_search, search, sign
+from tokensweep.pipeline.search import Design, search, sign
+from tokensweep.pipeline.search_store import StoreEvaluate, boundary_search
 from tokensweep.pipeline.spec.load import parse_sweep
 
 LEVEL, D, LO, HI = 0.1, 5, 0.5, 4.5

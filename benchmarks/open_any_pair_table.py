@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from tokensweep.pipeline.analysis.antipodal import any_antipodal_table
-from tokensweep.pipeline.boundary import boundary_folder, cell_tag
+from tokensweep.pipeline.search_store import boundary_folder, cell_tag
 from tokensweep.pipeline.spec.load import load_sweep
 from tokensweep.pipeline.store.cube import open_cube
 

@@ -1,4 +1,4 @@
-"""The adaptive boundary search (`pipeline/boundary.py`, `tokensweep boundary`).
+"""The adaptive boundary search (`pipeline/search.py`, `tokensweep boundary`).
 
 Quick: the design on exact Bernoulli draws from the two-token closed form (coverage, width,
 determinism) and the command's refusals. Slow: a real run through the Prefect flow, a local Dask
@@ -19,8 +19,9 @@ import pytest
 from scipy.optimize import brentq
 
 from tokensweep.pipeline import theory
-from tokensweep.pipeline.boundary import Design, check_request, search
 from tokensweep.pipeline.errors import SpecError
+from tokensweep.pipeline.search import Design, search
+from tokensweep.pipeline.search_store import check_request
 from tokensweep.pipeline.spec.load import parse_sweep
 
 from conftest import TOKENSWEEP
@@ -168,9 +169,9 @@ def crossing_at_T(level: float) -> float:
 def test_sigma_search_of_the_hybrid_model_and_its_page(tmp_path):
     """`--axis sigma` (the hybrid model's default) through real stores grown round by round (the
     pipeline's functions, no flow), then the page comparing its cost with a dense grid."""
-    from tokensweep.pipeline.boundary import boundary_search, default_axis
     from tokensweep.pipeline.execute import pending_partitions, run_partition
     from tokensweep.pipeline.report.search_page import dense_cost, write_boundary_report
+    from tokensweep.pipeline.search_store import boundary_search, default_axis
     from tokensweep.pipeline.store.lifecycle import prepare_store
 
     def run(sweep):
@@ -188,7 +189,7 @@ def test_sigma_search_of_the_hybrid_model_and_its_page(tmp_path):
 
     # one store per trajectory count looked at: each point computed only at the counts it was
     # looked at, and the cost is what those stores hold
-    from tokensweep.pipeline.boundary import cell_tag
+    from tokensweep.pipeline.search_store import cell_tag
     from tokensweep.pipeline.store.cube import stored_sweep
     stores = {path.name: stored_sweep(path)
               for path in (tmp_path / "search").glob(f"{cell_tag(found.coords)}-N*.zarr")}

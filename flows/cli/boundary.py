@@ -1,4 +1,4 @@
-"""`tokensweep boundary SPEC --level p`: the adaptive boundary search (`pipeline/boundary.py`) on
+"""`tokensweep boundary SPEC --level p`: the adaptive boundary search (`pipeline/search.py`) on
 the sweep flow.
 
 Every round of the search is one run of the Prefect ``sweep`` flow (`run.run_sweep`) that grows the
@@ -20,7 +20,7 @@ import typer
 
 from .common import fail, interrupted, logs_to
 
-# what `--outcome` may count (pipeline.boundary.OUTCOMES' keys: its help, without importing it)
+# what `--outcome` may count (pipeline.search.OUTCOMES' keys: its help, without importing it)
 OUTCOME_NAMES = ("antipodal", "single", "any_pair")
 
 
@@ -47,16 +47,9 @@ def boundary(
     """Locate where P(outcome) crosses --level along beta (sigma: hybrid), per other-axes value.
 
     To --width, with a --confidence interval; resumable."""
-    from ...pipeline.boundary import (
-        OUTCOMES,
-        Design,
-        boundary_folder,
-        boundary_search,
-        check_request,
-        default_axis,
-        describe,
-    )
     from ...pipeline.errors import SpecError, StoreError
+    from ...pipeline.search import OUTCOMES, Design, describe
+    from ...pipeline.search_store import boundary_folder, boundary_search, check_request, default_axis
     from ...pipeline.spec.load import load_sweep
 
     try:

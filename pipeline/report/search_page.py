@@ -1,11 +1,11 @@
-"""The page of an adaptive boundary search (`pipeline/boundary.py`, `tokensweep boundary`): per value of
+"""The page of an adaptive boundary search (`pipeline/search.py`, `tokensweep boundary`): per value of
 the other axes the interval found, the trajectories it cost, and what a dense grid would cost for the
 same width.
 
 The dense grid's cost. A dense grid reaches an interval of width W when two adjacent points of
 spacing W on either side of the crossing are decided, each at the N that decides a point W / 2 from
 the crossing; that is the N of the search's last pair (`max_n`, module docstring of
-`pipeline/boundary.py`). The grid over [x_lo, x_hi] has ceil((x_hi - x_lo) / W) + 1 points, and it
+`pipeline/search.py`). The grid over [x_lo, x_hi] has ceil((x_hi - x_lo) / W) + 1 points, and it
 computes every point at that N (it cannot know in advance which two points matter):
 
     dense = (ceil((x_hi - x_lo) / W) + 1) * max_n.
