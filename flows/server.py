@@ -28,6 +28,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+from .redact import redact
+
 QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "true"}
 DATABASE_ENV = "PREFECT_API_DATABASE_CONNECTION_URL"
 DATABASE_SCHEMES = ("postgresql+asyncpg://", "sqlite+aiosqlite://")
@@ -88,15 +90,9 @@ def recorded_server() -> dict | None:
 
 
 def redacted(database: str | None) -> str:
-    """A database URL without its password (what is recorded and printed)."""
-    if not database:
-        return "sqlite (PREFECT_HOME)"
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(database).render_as_string(hide_password=True)
-    except Exception:  # not a URL sqlalchemy reads: Prefect will say more when it starts
-        return database.split("@")[-1]
+    """A database URL without its password (what is recorded and printed: `redact.redact`).
+    The URL itself reaches the server only through its environment, never a file."""
+    return redact(database) if database else "sqlite (PREFECT_HOME)"
 
 
 def check_database(database: str) -> None:

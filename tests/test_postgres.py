@@ -154,3 +154,36 @@ def test_concurrent_sweeps_and_a_retried_flow_run_on_postgres(postgres, dask_clu
     print(f"\npostgres: {SWEEPS} concurrent flow runs, {sum(partitions)} partitions, {total} task runs "
           f"({in_database} rows in task_run), {wall:.1f} s wall; retry of the failed run "
           f"{retry_wall:.1f} s; server {url}")
+
+
+PASSWORD = "Pw-tokensweep-s3cret"  # PostgreSQL's trust authentication lets any password in
+
+
+def test_no_file_holds_the_database_password(postgres, write_spec, tmp_path):
+    """`server start --database URL` with a password, then a sweep on that server: neither
+    TOKENSWEEP_HOME (the server's record, its log, its PREFECT_HOME), STORE.log nor any other file
+    written holds the password (the server gets the URL through its environment only)."""
+    home = tmp_path / "home"
+    env = {**os.environ, "TOKENSWEEP_HOME": str(home), "NUMBA_NUM_THREADS": "1"}
+    for key in ("PREFECT_API_URL", "PREFECT_HOME"):  # a new user's shell: no server configured
+        env.pop(key, None)
+    database = postgres.url().replace("://postgres@", f"://postgres:{PASSWORD}@")
+    assert PASSWORD in database
+    try:
+        started = run_tokensweep("server", "start", "--database", database, env_extra=env)
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert PASSWORD not in started.stdout + started.stderr
+        spec = write_spec({**TINY, "grid": {"beta": 1.0, "d": 3, "n": 2}, "trajectories": 5})
+        store = tmp_path / "secret.zarr"
+        ran = run_tokensweep("run", spec, "--store", store, env_extra=env, cwd=tmp_path)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert PASSWORD not in ran.stdout + ran.stderr
+    finally:
+        run_tokensweep("server", "stop", env_extra=env)
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert (home / "prefect-server.log") in files and store.with_name("secret.zarr.log") in files
+    holding = [str(p) for p in files if PASSWORD.encode() in p.read_bytes()]
+    assert not holding, f"the database password is written in {holding}"
+    record = json.loads((home / "prefect-server.json").read_text()) if (
+        home / "prefect-server.json").exists() else {}
+    assert PASSWORD not in json.dumps(record)

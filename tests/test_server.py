@@ -40,6 +40,21 @@ def test_a_database_prefect_cannot_use_exits_2(url):
     assert "postgresql+asyncpg://" in result.output and "secret" not in result.output
 
 
+def test_redact_masks_every_urls_password_and_nothing_else():
+    from tokensweep.flows.redact import redact
+    from tokensweep.flows.server import redacted
+
+    line = ("tokensweep server start --database postgresql+asyncpg://user:PA:SS@WORD@db:5432/prefect "
+            "--port 4300")
+    assert redact(line) == ("tokensweep server start --database postgresql+asyncpg://user:***@db:5432/"
+                            "prefect --port 4300")
+    assert redact("s3://bucket/a.zarr https://:token@host/x") == "s3://bucket/a.zarr https://:***@host/x"
+    for plain in ("postgresql+asyncpg://user@db/prefect", "results/q.zarr", "a@b.c", "mail me: x@y"):
+        assert redact(plain) == plain
+    assert redacted("postgresql+asyncpg://u:secret@db/prefect") == "postgresql+asyncpg://u:***@db/prefect"
+    assert redacted(None) == "sqlite (PREFECT_HOME)"
+
+
 @pytest.fixture
 def home(tmp_path):
     """A fresh TOKENSWEEP_HOME, no API URL configured: what a new user has."""

@@ -153,7 +153,9 @@ def logs_to(log: Path, verbose: bool):
         yield
         return
     args = sys.argv[1:] if command_line is None else command_line
-    command = " ".join([PROG, *args])
+    from ..redact import redact  # a --database URL's password stays out of the log
+
+    command = redact(" ".join([PROG, *args]))
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {command}\n".encode())
