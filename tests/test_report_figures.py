@@ -34,6 +34,7 @@ from tokensweep.pipeline.report.antipodal import (
     plot_any_antipodal,
     plot_heatmap,
     plot_persistence,
+    plot_step_bias,
 )
 from tokensweep.pipeline.report.class_counts import class_fractions, plot_class_fractions
 from tokensweep.pipeline.report.clustering import (
@@ -422,5 +423,37 @@ def test_equiangular_png_draws_the_mean_overlaps_against_gamma(tmp_path):
                 np.testing.assert_allclose(low.get_xdata(), ds["t"].values)
                 np.testing.assert_allclose(low.get_ydata(), mean_min[b, 0, j], rtol=1e-12)
                 np.testing.assert_allclose(high.get_ydata(), mean_max[b, 0, j], rtol=1e-12)
+    finally:
+        plt.close(fig)
+
+
+def test_step_bias_png_draws_p_against_h_and_the_closed_form_at_h_0(tmp_path):
+    spec = {**TINY, "name": "h-bias", "grid": {"beta": [1.0, 2.0], "d": 3, "n": 2, "layers": [40, 100, 200]},
+            "time": {"T": 4.0, "checkpoints": 2}, "trajectories": 30, "partition_traj": 30}
+    sweep = parse_sweep(spec)
+    store = tmp_path / "h.zarr"
+    prepare_store(sweep, store)
+    for index in range(len(Plan(sweep))):
+        run_partition(sweep, store, index)
+    with open_cube(store) as ds:
+        ds = ds.load()
+    cc = ds["cluster_class"].isel(t=-1).transpose("beta", "d", "n", "layers", "traj").values
+    keep = ~ds["nonfinite"].astype(bool).transpose("beta", "d", "n", "layers", "traj").values
+    keep &= np.isin(cc, (0, 1, 2))
+    p = ((cc == 2) & keep).sum(-1) / keep.sum(-1)  # (beta, d, n, layers)
+    hs = 4.0 / np.array([40, 100, 200])
+    table = antipodal_table(ds).transpose("d", "n", "beta", "layers")
+    fig = plot_step_bias(table, hs, None)
+    try:
+        (ax,) = visible_axes(fig) or [fig.axes[0]]
+        bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        assert [c.get_label() for c in bars] == ["beta = 1", "beta = 2"]
+        stars = [line for line in ax.get_lines() if line.get_marker() == "*"]
+        for b, (bar, star) in enumerate(zip(bars, stars, strict=True)):
+            np.testing.assert_allclose(bar.lines[0].get_xdata(), hs)
+            np.testing.assert_allclose(bar.lines[0].get_ydata(), p[b, 0, 0], rtol=0, atol=1e-12)
+            assert list(star.get_xdata()) == [0.0]
+            assert star.get_ydata()[0] == pytest.approx(
+                float(theory.antipodal_probability(ds["beta"].values[b], 3)), rel=1e-9)
     finally:
         plt.close(fig)
