@@ -457,3 +457,28 @@ def test_step_bias_png_draws_p_against_h_and_the_closed_form_at_h_0(tmp_path):
                 float(theory.antipodal_probability(ds["beta"].values[b], 3)), rel=1e-9)
     finally:
         plt.close(fig)
+
+
+def test_search_looks_png_draws_each_point_at_its_largest_n():
+    from types import SimpleNamespace
+
+    from tokensweep.pipeline.report.search_page import plot_looks
+
+    # (x, N, k, decision): x = 1.0 looked at twice, the larger N is the one drawn
+    looks = [(0.5, 100, 10, ""), (1.0, 100, 40, ""), (1.0, 400, 190, ""), (1.5, 200, 150, "")]
+    found = SimpleNamespace(looks=looks, low=0.9, high=1.2, estimate=1.05, coords={"d": 3})
+    design = SimpleNamespace(level=0.5, z_level=0.99)
+    fig = plot_looks([found], design, "beta", 0.0, 2.0, SimpleNamespace(name="s"), None)
+    try:
+        (ax,) = visible_axes(fig)
+        assert ax.get_title() == "d = 3"
+        (bar,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        np.testing.assert_allclose(bar.lines[0].get_xdata(), [0.5, 1.0, 1.5])
+        np.testing.assert_allclose(bar.lines[0].get_ydata(), [0.1, 190 / 400, 0.75], rtol=0, atol=1e-15)
+        for (k, n), ((_, lo), (_, hi)) in zip([(10, 100), (190, 400), (150, 200)], bar.lines[2][0].get_segments()):
+            ci = stats.binomtest(k, n).proportion_ci(0.99, "wilson")
+            assert (lo, hi) == pytest.approx((ci.low, ci.high), abs=1e-9)
+        level = [line for line in ax.get_lines() if line.get_label() == "level 0.5"]
+        assert len(level) == 1 and list(level[0].get_ydata()) == [0.5, 0.5]
+    finally:
+        plt.close(fig)
