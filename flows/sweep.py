@@ -87,6 +87,24 @@ def sweep_flow(spec: dict, store: str, failed_only: bool = False, progress: bool
     """Run every partition of `spec` that `store` does not hold yet (or only the failed
     ones), then report (unless `report` is False: a round of a search, whose caller reads the
     store). Safe to retry: done partitions are never recomputed."""
+    try:
+        return _sweep(spec, store, failed_only, progress, report)
+    except Exception as err:
+        if interrupted(err):  # Ctrl-C as such: the run is Crashed ("interrupt"), not Failed
+            raise KeyboardInterrupt from None
+        raise
+
+
+def interrupted(err: BaseException) -> bool:
+    """Ctrl-C (or the sweep process's SIGTERM): a KeyboardInterrupt, or one that pydantic-core
+    wrapped because it struck inside a serializer function (as Prefect submits a task, or reads
+    a result): it turns whatever such a function raises into a PydanticSerializationError,
+    which Prefect would report as a Failed run with that traceback."""
+    return isinstance(err, KeyboardInterrupt) or (
+        type(err).__name__ == "PydanticSerializationError" and "KeyboardInterrupt" in str(err))
+
+
+def _sweep(spec: dict, store: str, failed_only: bool, progress: bool, report: bool) -> dict:
     logger = get_run_logger()
     # the one pre-run check, as the CLI and the API make it: a run launched from the UI (or
     # `serve`) gets the same refusals, before anything is created; the lock is taken below
@@ -179,6 +197,8 @@ def _run_partitions(sweep, store: str, plan: Plan, todo: list[int], progress: bo
                 computed += result["computed"]
                 hosts.update(result["hosts"])
             except Exception as exc:  # listed below; the other partitions go on
+                if interrupted(exc):
+                    raise
                 failed.append(f"{what}: {exc}")
             bar.advance(tracker, count)
     return computed, failed, hosts

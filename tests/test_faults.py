@@ -314,3 +314,37 @@ def test_bad_command_line_exits_2_with_one_line(args, message, store, tmp_path, 
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert result.output.count("\n") == 1 and result.output.startswith("error: ")
+
+
+def test_a_ctrl_c_inside_a_serializer_leaves_the_flow_run_crashed_not_failed(
+        prefect_server, tmp_path, monkeypatch):
+    """Ctrl-C striking inside a pydantic serializer (as Prefect submits a task) comes out of
+    pydantic-core as a PydanticSerializationError; the flow turns it back into the interrupt it
+    was, so the run is Crashed ("interrupt"), not Failed with that traceback."""
+    from pydantic import BaseModel, field_serializer
+
+    from tokensweep.flows import sweep
+    from tokensweep.flows.server import prefect_api
+
+    class Submitted(BaseModel):
+        x: int = 0
+
+        @field_serializer("x")
+        def _interrupted_here(self, value):
+            raise KeyboardInterrupt
+
+    def interrupted_run(*args):
+        Submitted().model_dump()
+
+    monkeypatch.setattr(sweep, "_sweep", interrupted_run)
+    try:
+        Submitted().model_dump()
+    except Exception as err:
+        assert type(err).__name__ == "PydanticSerializationError" and sweep.interrupted(err)
+    store = tmp_path / "interrupted.zarr"
+    spec = load_sweep(SPECS / "good.yaml").model_dump(mode="json")
+    with prefect_api(prefect_server), pytest.raises(KeyboardInterrupt):
+        sweep.sweep_flow(spec=spec, store=str(store), progress=False)
+    run = the_flow_run_of_store(prefect_server, store)
+    assert run["state_type"] == "CRASHED", run["state"]
+    assert "PydanticSerializationError" not in json.dumps(run["state"])
