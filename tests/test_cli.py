@@ -404,3 +404,11 @@ def test_compiling_notice_is_decided_per_model(tmp_path, monkeypatch):
     assert not kernels_cold("stochastic_transformer")
     others = [name for name in registry() if set(kernel_sources(name)).isdisjoint({source})]
     assert others and all(kernels_cold(name) for name in others)
+
+
+def test_boundary_help_lists_the_outcomes_the_search_counts():
+    """`boundary --outcome`'s help names them without importing the search (scipy, xarray)."""
+    from tokensweep.flows.cli.boundary import OUTCOME_NAMES
+    from tokensweep.pipeline.search import OUTCOMES
+
+    assert OUTCOME_NAMES == tuple(OUTCOMES)
