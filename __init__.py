@@ -54,11 +54,10 @@ class CatalogEntry(NamedTuple):
 
 def catalog() -> list[CatalogEntry]:
     """The catalog's specs (one per figure or claim of the papers), by name."""
-    from pathlib import Path
-
     import yaml
 
     from .pipeline.spec.load import CATALOG as folder
+
     entries = []
     for path in sorted(folder.glob("*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

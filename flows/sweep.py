@@ -21,15 +21,15 @@ from prefect.context import FlowRunContext
 from prefect.futures import as_completed
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..pipeline.store import location
 from ..pipeline.batch import run_batches
 from ..pipeline.execute import pending_partitions, run_partition
 from ..pipeline.plan import Plan
 from ..pipeline.prepare import prepare_sweep
 from ..pipeline.spec.load import parse_sweep
-from ..pipeline.store.lifecycle import prepare_store
+from ..pipeline.store import location
 from ..pipeline.store.cube import open_cube, read_status, record_provenance, store_batch_shape
 from ..pipeline.store.layout import FAILED
+from ..pipeline.store.lifecycle import prepare_store
 from .flow_lock import flow_lock
 
 PARTITION_RETRIES = 2
