@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.analysis.stats import wilson_interval
+from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.spec.load import parse_sweep
 from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.theory import antipodal_probability

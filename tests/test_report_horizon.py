@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from test_report_overlaps import cube_and_report, entry, section, table_rows
 
-from tokensweep.pipeline.theory import finite as theory_finite
 from tokensweep.pipeline.analysis.stats import closed_form, wilson_interval
 from tokensweep.pipeline.report.horizon import horizon_table
 from tokensweep.pipeline.store.cube import open_cube
+from tokensweep.pipeline.theory import finite as theory_finite
 
 H_BIAS = 0.01  # the discrete model's documented O(h) bias at h = 0.01 (docs/models.md section 4)
 

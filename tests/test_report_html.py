@@ -31,8 +31,8 @@ from tokensweep.pipeline.report import write_report
 from tokensweep.pipeline.report.agreement import agreement_table
 from tokensweep.pipeline.report.index import write_index
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.store.cube import open_cube
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NO_CHROMIUM = ("no chromium on PATH: install Debian's `chromium` package "

@@ -26,8 +26,8 @@ from tokensweep.pipeline.execute import run_partition
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.report import write_report
 from tokensweep.pipeline.spec.load import parse_sweep, read_spec
-from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.store.cube import open_cube
+from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.theory.sharp import sharp_overlaps
 
 

@@ -22,10 +22,10 @@ import numpy as np
 import xarray as xr
 from scipy import stats
 
-from ..theory import finite as theory_finite
 from ..analysis.antipodal import agrees, antipodal_table
 from ..analysis.stats import cells_of, closed_form
 from ..plugin import Part, ReportInput
+from ..theory import finite as theory_finite
 from .antipodal import AGREE_LEVEL, AGREE_WIDEN
 from .figures import figure_title, panels, plt, save, subplots
 from .tables import fmt, row_order, rows_table

@@ -15,10 +15,10 @@ import os
 import time
 from pathlib import Path
 
-from ..store import location
 from ..errors import StoreError
-from ..store.provenance import code_version
+from ..store import location
 from ..store.cube import open_cube, stored_sweep
+from ..store.provenance import code_version
 from .html import render_page
 
 __all__ = ["write_index", "find_stores"]

@@ -16,8 +16,8 @@ import numpy as np
 import xarray as xr
 import yaml
 
-from ..store.provenance import code_version
 from ..spec.base import SPEC_ATTR
+from ..store.provenance import code_version
 
 __all__ = ["provenance", "last_written"]
 
