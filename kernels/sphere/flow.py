@@ -80,7 +80,6 @@ from tokensweep.kernels.ensembles import (
     shape_start,
 )
 from tokensweep.kernels.sphere import symmetric
-from tokensweep.kernels.sphere.arguments import resolve_time_varying, resolve_weights
 from tokensweep.kernels.sphere.checkpoints import energy, frac_close, memory, record  # noqa: F401
 from tokensweep.kernels.sphere.drift import (  # noqa: F401  (re-exported: drift, retract, ...)
     EULER,
@@ -101,11 +100,15 @@ from tokensweep.kernels.sphere.drift import (  # noqa: F401  (re-exported: drift
     retract,
     step,
 )
-from tokensweep.kernels.sphere.noise import noisy_euler_step, resolve_noise
-from tokensweep.kernels.sphere.norms import NORM_CODES, normalised_step
-
-ATTENTIONS = vocabulary.SPHERE_FLOW_ATTENTIONS
-INTEGRATOR_CODES = dict(zip(vocabulary.SPHERE_FLOW_INTEGRATORS, (EULER, HEUN, RK4)))
+from tokensweep.kernels.sphere.noise import noisy_euler_step
+from tokensweep.kernels.sphere.norms import normalised_step
+from tokensweep.kernels.sphere.options import (  # noqa: F401  (re-exported)
+    ATTENTIONS,
+    INTEGRATOR_CODES,
+    PRECISIONS,
+    SphereFlowOptions,
+    Steps,
+)
 
 OUTPUTS = vocabulary.SPHERE_FLOW_OUTPUTS
 SphereFlowOutcomes = outcomes.record_class("SphereFlowOutcomes", OUTPUTS, __name__,
@@ -126,15 +129,16 @@ def workspace(n, d, heads, proto):
 
 
 @njit(nogil=True, cache=True)
-def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
-               delta, eps, out, r, states, proto, layer):
+def _integrate(x0, ok, rng, kinds, q, k, mats, steps, out, r, states, proto):
     """Integrate trajectory r from the start x0 (n, d) (ok: the start is valid) and fill its
     entries of out and states (`trajectory`). rng: the trajectory's Generator, for the redraws
     every `period` steps, or None where nothing is ever redrawn (then q, k are not used).
+    steps: the run's `options.Steps` (h, layers, checkpoints, par, integrator, period, delta,
+    eps and layer: (noise mode, sigma) of `sphere.noise` (sigma > 0 needs rng: the
+    Euler-Maruyama step), then the normalisation (`sphere.norms` code, nGPT alpha)).
     proto: an array of the working dtype: the state and the matrices m, v are copies in it,
-    refreshed after each redraw (drawn in float64); outputs come from a float64 copy.
-    layer: (noise mode, sigma) of `sphere.noise` (sigma > 0 needs rng: the Euler-Maruyama step),
-    then the normalisation (`sphere.norms` code, nGPT alpha)."""
+    refreshed after each redraw (drawn in float64); outputs come from a float64 copy."""
+    h, layers, ckpt, times, par, integrator, period, delta, eps, layer = steps
     beta = par[0]
     m, v = mats[0], mats[1]
     q_kind, k_kind, v_kind, scaling = kinds
@@ -181,17 +185,15 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, inte
 
 
 @njit(nogil=True, cache=True)
-def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, start, kinds, q, k, v,
-               tv, period, delta, eps, out, r, states, proto, layer):
+def trajectory(rng, n, d, steps, init, start, kinds, q, k, v, tv, out, r, states, proto):
     """Integrate trajectory r and fill its entries of the outputs record out.
 
-    kinds: (q_kind, k_kind, v_kind, scaling) ensemble codes (`ensembles`). q, k, v: (H, d, d)
-    fixed matrices (overwritten where drawn). tv: (amp, omega, phase) (H, d), random_frequencies. ckpt, times: (nt,).
-    out: `SphereFlowOutcomes` from `outcomes.allocate_outputs`. states: (ntraj, nt, n, d)
-    NaN-filled, or (ntraj, 0, n, d) to skip. proto: an array of the working dtype.
-    start: (n, d), the start drawn before when init is GIVEN (else not read).
-    layer: (noise mode, sigma, norm code, alpha): `sphere.noise` (drawn per step after the start,
-    matrices and schedule), `sphere.norms`.
+    steps: the run's `options.Steps`. kinds: (q_kind, k_kind, v_kind, scaling) ensemble codes
+    (`ensembles`). q, k, v: (H, d, d) fixed matrices (overwritten where drawn). tv: (amp, omega,
+    phase) (H, d), random_frequencies. out: `SphereFlowOutcomes` from `outcomes.allocate_outputs`.
+    states: (ntraj, nt, n, d) NaN-filled, or (ntraj, 0, n, d) to skip. proto: an array of the
+    working dtype. start: (n, d), the start drawn before when init is GIVEN (else not read).
+    The noise of `sphere.noise` is drawn per step after the start, matrices and schedule.
     """
     amp, omega, phase, random_frequencies = tv
     q_kind, k_kind, v_kind, scaling = kinds
@@ -202,190 +204,122 @@ def trajectory(rng, n, d, h, layers, ckpt, times, par, integrator, init, start, 
     if random_frequencies:
         draw_frequencies(rng, omega, phase)
     mats = (m, v, amp, omega, phase)
-    _integrate(x, ok, rng, kinds, q, k, mats, h, layers, ckpt, times, par, integrator, period,
-               delta, eps, out, r, states, proto, layer)
+    _integrate(x, ok, rng, kinds, q, k, mats, steps, out, r, states, proto)
 
 
 @njit(nogil=True, cache=True)
-def trajectories_from_normals(z, r0, init, mats, h, layers, ckpt, times, par, integrator,
-                              delta, eps, out, states, proto):
+def trajectories_from_normals(z, r0, init, mats, steps, out, states, proto):
     """Trajectories r0, r0 + 1, ... of a run whose only random draw is the start: z (B, n, d) holds
     each one's n*d standard normals (row-major, as `draw_start` draws them; overwritten).
-    mats: (m, v, amp, omega, phase) fixed. Fills rows r0 to r0 + B - 1 of out and states."""
+    mats: (m, v, amp, omega, phase) fixed. steps: `options.Steps` with period 0 and no noise or
+    normalisation variant. Fills rows r0 to r0 + B - 1 of out and states."""
     kinds = (0, 0, 0, 0)
     for b in range(z.shape[0]):
         x = z[b]
         ok = shape_start(init, x)
-        _integrate(x, ok, None, kinds, mats[0], mats[0], mats, h, layers, ckpt, times, par,
-                   integrator, 0, delta, eps, out, r0 + b, states, proto, (0, 0.0, 0, 0.0))
+        _integrate(x, ok, None, kinds, mats[0], mats[0], mats, steps, out, r0 + b, states, proto)
 
 
 # ---------------------------------------------------------------------------------------------
-# Python entry point: validate, resolve names to codes and fixed matrices, allocate, loop.
-
-PRECISIONS = dict(zip(vocabulary.FLOW_PRECISIONS, (np.float64, np.float32)))
+# Python entry point: options checked and resolved (`options`), outputs allocated, one path run.
 
 
-def simulate_sphere_flow(rngs, *, n, d, beta, T, layers, checkpoint_layers, attention="sa",
-                         integrator="euler", heads=1, qk="identity", value="identity",
-                         matrices=None, period=0, time_varying=None, init="uniform_sphere",
-                         delta=1e-3, eps=1e-3, rst_scaling=False, return_states=False,
-                         precision="float64", threads=1, x0=None, record=(),
-                         record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None, noise=None,
-                         sigma=0.0, value_rotation=0.0, hardmax_tol=1e-9,
-                         ensemble_scaling="normalised", layer_norm="post", ngpt_alpha=0.2,
-                         device="cpu"):
+def simulate_sphere_flow(rngs, *, x0=None, **options):
     """Integrate one deterministic attention flow per Generator in `rngs`; return `OUTPUTS` arrays.
 
-    rngs: sequence of numpy Generators, one per trajectory (ntraj). h = T / layers; checkpoint c is
-    the state after checkpoint_layers[c] steps, at time h * checkpoint_layers[c].
-    attention: "sa", "usa", "causal_sa", "causal_usa". integrator: "euler", "heun", "rk4".
-    qk: "identity", "ginibre", "goe", "wigner", "wishart"; value: those, "minus_identity" or "qk".
-    matrices: optional {"Q", "K", "V"} arrays (heads, d, d) that replace the ensembles.
-    period: redraw the random matrices every `period` steps (0: fixed per trajectory).
-    time_varying: None, a preset name of `ensembles.TIME_VARYING`, or {"amp", "omega", "phase"
-    (broadcast to (heads, d)), "absolute"}: P_h(t) = diag(amp cos(omega t + phase)) Q_h^T K_h.
-    init: "uniform_sphere", "hemisphere" (of e_1), "equiangular" (needs d >= n); x0: or the
-    (ntraj, n, d) starts on the sphere, drawn before from the Generators (`kernels/starts.py`).
-    delta: frac_close threshold; eps: clustering threshold. rst_scaling: divide heads by sqrt(d).
-    return_states: also return "states" (ntraj, nt, n, d).
-    precision: "float64" or "float32", the arithmetic of the state and the drift (the starts are
-    drawn in float64, the outputs computed in float64 from the state at each checkpoint).
-    threads: integrate blocks of trajectories on this many threads (each trajectory's result is
-    the same bits whatever the threads; BLAS runs single-threaded inside each, see `run_blocks`).
-    noise: None, "independent" or "common", with strength sigma >= 0 (`sphere.noise`: projected
-    Euler-Maruyama, integrator "euler" only); sigma = 0 is the deterministic run, bit for bit.
-    value_rotation: omega; V_h(t) = R(t) V_h R(t)^T, R(t) the rotation by omega t in the (e_1, e_2)
-    plane (0: constant V). attention "hardmax" / "causal_hardmax": the beta -> infinity limit,
-    weights uniform on the keys whose logit <Q x_i, K x_j> is within hardmax_tol (1 + |max|) of
-    the row's maximum (beta is not used). ensemble_scaling: "normalised" (entries N(0, 1/d)) or
-    "authors" (the scaling of [GLPR-P]'s scripts for Fig. 5, `ensembles.authors_scaling`).
-    layer_norm: "post" (today), "pre", "peri" or "ngpt" (with ngpt_alpha), `sphere.norms`;
-    not post: integrator "euler" only, no noise; outputs are of the normalised tokens.
-    x0: optional (ntraj, n, d) starts drawn before (`kernels/starts.py`). record, record_bins,
-    direction: observables also returned (`observables`; "states" is return_states).
-    device: "cpu" (the numba kernels), or "cuda" / "cuda:N" / a torch.device: the PyTorch path
-    (`sphere.gpu`; torch.device("cpu") runs it on the CPU, for tests) of the configurations the
-    symmetric path covers (Euler, SA / USA, causal or not, Q = K = I, V = +-I, one head,
-    beta >= 0, nothing time-varying, noisy or turning, post-LN), refused otherwise; `threads` then
-    records on that many host threads. Raises RuntimeError (`sphere.gpu.NEEDS_CUDA`) where
-    CUDA is asked for and this process has no PyTorch or no CUDA GPU.
+    rngs: sequence of numpy Generators, one per trajectory (ntraj). options: the keywords of
+    `SphereFlowOptions` (n, d, beta, T, layers, checkpoint_layers, then attention, integrator,
+    heads, qk, value, ..., device with their defaults; its docstring says what each does).
+    x0: optional (ntraj, n, d) starts on the sphere, drawn before from the Generators
+    (`kernels/starts.py`).
     Returns {name: array} with (ntraj, nt) per-checkpoint and (ntraj,) per-trajectory outputs.
     """
-    from tokensweep.kernels.ensembles import FIXED, INIT_CODES, QK, SCALING_CODES
-
-    ckpt = outcomes.check_common_arguments(rngs, n, d, beta, T, layers, checkpoint_layers,
-                                           attention, ATTENTIONS, eps)
-    n, d, layers = int(n), int(d), int(layers)
-    if integrator not in INTEGRATOR_CODES:
-        raise ValueError(f"integrator = {integrator!r} is unknown: use one of {tuple(INTEGRATOR_CODES)}")
-    if int(heads) != heads or heads < 1:
-        raise ValueError(f"heads = {heads!r}, but the number of heads must be an integer >= 1")
-    if int(period) != period or period < 0:
-        raise ValueError(f"period = {period!r}: use 0 (fixed matrices) or a number of steps >= 1")
-    if ensemble_scaling not in SCALING_CODES:
-        raise ValueError(f"ensemble_scaling = {ensemble_scaling!r} is unknown: use one of "
-                         f"{tuple(SCALING_CODES)}")
-    if init not in INIT_CODES:
-        raise ValueError(f"init = {init!r} is unknown: use one of {tuple(INIT_CODES)}")
-    if init == "equiangular" and d < n:
-        raise ValueError(f"init = 'equiangular' needs d >= n orthonormal tokens, got n = {n}, d = {d}: "
-                         "raise d or use init = 'uniform_sphere'")
-    if not (0.0 < delta < 1.0):
-        raise ValueError(f"delta = {delta!r}, but the frac_close threshold needs 0 < delta < 1")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision = {precision!r} is unknown: use one of {tuple(PRECISIONS)}")
-    if int(threads) != threads or threads < 1:
-        raise ValueError(f"threads = {threads!r}, but the number of threads must be an integer >= 1")
-    heads, threads, rngs = int(heads), int(threads), list(rngs)
-    layer_arg = resolve_noise(noise, sigma, integrator)
-    if layer_norm not in NORM_CODES:
-        raise ValueError(f"layer_norm = {layer_norm!r} is unknown: use one of {tuple(NORM_CODES)}")
-    if layer_norm != "post" and (integrator != "euler" or layer_arg[1] > 0.0):
-        raise ValueError(f"layer_norm = {layer_norm!r} is one Euler layer per step: use "
-                         "integrator = 'euler' and no noise")
-    if not (np.isfinite(ngpt_alpha) and ngpt_alpha > 0.0):
-        raise ValueError(f"ngpt_alpha = {ngpt_alpha!r}: give a finite alpha > 0")
-    layer_arg = (*layer_arg, NORM_CODES[layer_norm], float(ngpt_alpha))
-    proto = np.empty(0, PRECISIONS[precision])
-    preset, tv_mode, amp, omega, phase, random_freq = resolve_time_varying(time_varying, heads, d)
-    q, k, v, kinds, qk_identity, v_code = resolve_weights(heads, d, qk, value, matrices, preset)
-    h = T / layers
-    kind = USA if attention.endswith("usa") else HARDMAX if attention.endswith("hardmax") else SA
-    if not (np.isfinite(value_rotation) and np.isfinite(hardmax_tol) and hardmax_tol >= 0.0):
-        raise ValueError(f"value_rotation = {value_rotation!r} and hardmax_tol = {hardmax_tol!r} "
-                         "must be finite (hardmax_tol >= 0)")
-    if value_rotation != 0.0:
-        v_code = V_GENERAL  # R(t) V R(t)^T: the general product, even for V = +-I
-    log_scale0 = -0.5 * np.log(d) if rst_scaling else 0.0
-    par = (float(beta), kind, attention.startswith("causal"), qk_identity, v_code, tv_mode,
-           log_scale0, float(value_rotation), float(hardmax_tol))
-    nt = ckpt.shape[0]
-    ntraj = len(rngs)
-    record, record_bins, direction = observables.check_record(record, record_bins, direction, d)
-    out = observables.allocate(SphereFlowOutcomes, ntraj, nt, n, d, record, record_bins, direction)
-    return_states = return_states or "states" in record
-    states = np.full((ntraj, nt if return_states else 0, n, d), np.nan)
-    times = h * ckpt.astype(np.float64)
-    codes = (INTEGRATOR_CODES[integrator], INIT_CODES[init] if x0 is None else GIVEN)
-    if x0 is not None:
-        x0 = np.asarray(x0, dtype=np.float64)
-        if x0.shape != (ntraj, n, d):
-            raise ValueError(f"x0 has shape {x0.shape}, expected (ntraj, n, d) = {(ntraj, n, d)}")
-        if not np.all(np.abs(np.linalg.norm(x0, axis=2) - 1.0) <= 1e-12):
-            raise ValueError("x0 has rows off the unit sphere: normalise them (`kernels/starts.py` does)")
-
+    options = SphereFlowOptions(**options)
+    run = options.resolve(rngs, x0)
+    n, d, ntraj, steps = run.n, run.d, len(run.rngs), run.steps
+    nt = steps.ckpt.shape[0]
+    out = observables.allocate(SphereFlowOutcomes, ntraj, nt, n, d, run.record, run.record_bins,
+                               run.direction)
+    states = np.full((ntraj, nt if run.return_states else 0, n, d), np.nan)
+    device = options.device
     on_torch = not (isinstance(device, str) and device == "cpu")
-
-    def starts(r0, r1):  # the block's starts: normals drawn here (`draw_start`'s), or given ones;
-        # the GPU path asks for a whole device batch: drawn on its `threads` host threads
-        return (start_normals(rngs, r0, r1, n, d, threads if on_torch else 1) if x0 is None
-                else x0[r0:r1].copy())
-    q_kind, k_kind, v_kind = kinds
-    kinds = (*kinds, SCALING_CODES[ensemble_scaling])
-    fixed = (q_kind == FIXED and k_kind == FIXED and v_kind in (FIXED, QK) and not random_freq
-             and layer_arg[1] == 0.0 and layer_norm == "post")
-    args = (h, layers, ckpt, times)
-    if on_torch and not (fixed and symmetric.applies(codes[0], par, heads)):
+    on_symmetric = run.fixed and symmetric.applies(steps.integrator, steps.par, run.heads)
+    if on_torch and not on_symmetric:
         raise ValueError(f"device = {device!r} runs retraction Euler with SA / USA, Q = K = I, "
                          "V = +-I, one head, beta >= 0, nothing time-varying, noisy or turning, "
                          "post-LN: use device = 'cpu' for this configuration")
-    if fixed and symmetric.applies(codes[0], par, heads):
-        # Q = K = I, V = +-I, one head, Euler: the symmetric path (`sphere.symmetric`)
-        par_t = (float(beta), kind == USA, par[2], -1.0 if v_code == V_MINUS_IDENTITY else 1.0,
-                 log_scale0)
-        reduce = symmetric.SPAN_REDUCTION and d > n
-        if on_torch:  # the same trajectories on a torch device (`sphere.gpu`)
-            from tokensweep.kernels.sphere import gpu
-
-            def work(r0, r1):  # one call: it batches the trajectories on the device itself
-                gpu.integrate(starts, ntraj, n, d, codes[1], *args, par_t, float(delta),
-                                       float(eps), out, states, proto, reduce, device, threads)
-        else:
-            def work(r0, r1):
-                symmetric.integrate_t(starts(r0, r1), r0, codes[1], *args, par_t,
-                                      float(delta), float(eps), out, states, proto, reduce)
-    elif fixed:
-        # nothing but the start is random: draw the starts' normals here (the same numbers as
-        # `draw_start`), integrate a block of trajectories per call (no per-trajectory dispatch)
-        m = np.empty_like(q)
-        qk_products(q, k, v, v_kind, m)
-        mats = (m, v, amp, omega, phase)
-
-        def work(r0, r1):
-            trajectories_from_normals(starts(r0, r1), r0, codes[1], mats, *args,
-                                      par, codes[0], float(delta), float(eps), out, states, proto)
+    if on_symmetric:
+        work = _symmetric_work(run, out, states, device if on_torch else None)
+    elif run.fixed:
+        work = _fixed_work(run, out, states)
     else:
-        def work(r0, r1):
-            for r in range(r0, r1):
-                tv = (amp.copy(), omega.copy(), phase.copy(), random_freq)
-                start = x0[r] if x0 is not None else np.empty((n, d))
-                trajectory(rngs[r], n, d, *args, par, codes[0], codes[1], start, kinds, q.copy(),
-                           k.copy(), v.copy(), tv, int(period), float(delta), float(eps), out,
-                           r, states, proto, layer_arg)
+        work = _general_work(run, out, states)
     if on_torch:
         work(0, ntraj)
     else:
-        run_blocks(ntraj, block_size(ntraj, n, d, threads, fixed), threads, work)
-    return observables.returned(out, OUTPUTS, (*record, *(("states",) if return_states else ())),
+        run_blocks(ntraj, block_size(ntraj, n, d, run.threads, run.fixed), run.threads, work)
+    return observables.returned(out, OUTPUTS, (*run.record, *(("states",) if run.return_states else ())),
                                 states)
+
+
+def _starts(run, threads):
+    """The block's starts: normals drawn here (`draw_start`'s), or the given ones; the GPU path
+    asks for a whole device batch, drawn on its `threads` host threads."""
+    def starts(r0, r1):
+        return (start_normals(run.rngs, r0, r1, run.n, run.d, threads) if run.x0 is None
+                else run.x0[r0:r1].copy())
+    return starts
+
+
+def _symmetric_work(run, out, states, device):
+    """Q = K = I, V = +-I, one head, Euler: the symmetric path (`sphere.symmetric`), or the same
+    trajectories on a torch device (`sphere.gpu`) where device is not None."""
+    s = run.steps
+    beta, kind, causal, v_code, log_scale0 = s.par[0], s.par[1], s.par[2], s.par[4], s.par[6]
+    par_t = (beta, kind == USA, causal, -1.0 if v_code == V_MINUS_IDENTITY else 1.0, log_scale0)
+    reduce = symmetric.SPAN_REDUCTION and run.d > run.n
+    args = (s.h, s.layers, s.ckpt, s.times)
+    if device is not None:
+        from tokensweep.kernels.sphere import gpu
+
+        starts = _starts(run, run.threads)
+
+        def work(r0, r1):  # one call: it batches the trajectories on the device itself
+            gpu.integrate(starts, len(run.rngs), run.n, run.d, run.init, *args, par_t, s.delta,
+                          s.eps, out, states, run.proto, reduce, device, run.threads)
+    else:
+        starts = _starts(run, 1)
+
+        def work(r0, r1):
+            symmetric.integrate_t(starts(r0, r1), r0, run.init, *args, par_t, s.delta, s.eps, out,
+                                  states, run.proto, reduce)
+    return work
+
+
+def _fixed_work(run, out, states):
+    """Nothing but the start is random: the starts' normals drawn here (the same numbers as
+    `draw_start`), a block of trajectories integrated per call (no per-trajectory dispatch)."""
+    amp, omega, phase, _ = run.tv
+    m = np.empty_like(run.q)
+    qk_products(run.q, run.k, run.v, run.kinds[2], m)
+    mats = (m, run.v, amp, omega, phase)
+    steps = run.steps._replace(period=0, layer=(0, 0.0, 0, 0.0))
+    starts = _starts(run, 1)
+
+    def work(r0, r1):
+        trajectories_from_normals(starts(r0, r1), r0, run.init, mats, steps, out, states, run.proto)
+    return work
+
+
+def _general_work(run, out, states):
+    """One `trajectory` call per trajectory: its matrices (and schedule) drawn from its Generator."""
+    amp, omega, phase, random_freq = run.tv
+    q, k, v, x0 = run.q, run.k, run.v, run.x0
+
+    def work(r0, r1):
+        for r in range(r0, r1):
+            tv = (amp.copy(), omega.copy(), phase.copy(), random_freq)
+            start = x0[r] if x0 is not None else np.empty((run.n, run.d))
+            trajectory(run.rngs[r], run.n, run.d, run.steps, run.init, start, run.kinds, q.copy(),
+                       k.copy(), v.copy(), tv, out, r, states, run.proto)
+    return work
