@@ -23,8 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 import yaml
-
-from conftest import SPECS, TOKENSWEEP, TINY
+from conftest import SPECS, TINY, TOKENSWEEP
 
 from tokensweep.flows.cli import main
 from tokensweep.pipeline.errors import StoreError
@@ -303,8 +302,8 @@ def test_a_store_lacking_an_output_the_model_records_now_is_refused(tmp_path, to
 
     import zarr
 
-    from tokensweep.pipeline.store.lifecycle import prepare_store
     from tokensweep.pipeline.store.cube import create_store
+    from tokensweep.pipeline.store.lifecycle import prepare_store
 
     spec = {"name": "older", "model": "euclidean_flow", "grid": {"beta": 1.0, "d": 1, "n": 4},
             "time": {"T": 1.0, "layers": 10, "checkpoints": 2}, "trajectories": 2}
