@@ -3,7 +3,9 @@
 * ``tiny_spec`` / ``write_spec``: small valid sweeps as dicts and YAML files.
 * ``slow_spec`` / ``slow_reference``: partitions of about a second each (time to kill
   something mid-partition), and the cube of an uninterrupted in-process run of it.
-* ``cli``: ``tokensweep ARGS...`` as a subprocess, as a user runs it.
+* ``cli``: ``tokensweep ARGS...``: ``main(argv)`` in this process in the quick tier, a
+  subprocess (as a user runs it) in the slow tier.
+* Tiers: a test that uses a server or cluster fixture is marked slow (``SERVER_FIXTURES``).
 * ``dask_client``: a real ``distributed`` LocalCluster of two worker processes on loopback.
 * ``prefect_server``: one real ``prefect server start`` (SQLite in a temp PREFECT_HOME) for
   the session; yields its API URL and exports it, as the CLI would.
@@ -33,8 +35,6 @@ import yaml
 # Never reuse the user's own Prefect server (recorded in TOKENSWEEP_HOME): every server a
 # test talks to is started by the test session.
 os.environ["TOKENSWEEP_HOME"] = tempfile.mkdtemp(prefix="tokensweep-home-")
-# Commands run cold, each in its own process, unless a test starts a warm one (test_warm_cli.py)
-os.environ["TOKENSWEEP_WARM"] = "0"
 
 # The quick tier checks logic in this process; a test that needs a server or a cluster (each
 # starts processes of its own) belongs to the slow tier, whichever file it sits in.
