@@ -6,6 +6,7 @@ kernel's docstring says: n*d start normals, then per layer min(n, d)*d (gaussian
 
 import numpy as np
 import pytest
+from covering import names, tiered
 from numpy_reference import ref_attention
 from scipy.stats import ks_2samp
 
@@ -212,10 +213,12 @@ def pair_starts(kind, ntraj, d):
     return x0
 
 
-@pytest.mark.parametrize("start", ["drawn", "coincident", "antipodal", "axis"])
-@pytest.mark.parametrize("beta, value_std", [(0.0, 1.0), (1.7, 0.8), (1e3, 1.0), (1.0, 1e308)])
-@pytest.mark.parametrize("attention", ATTENTIONS)
-@pytest.mark.parametrize("d", [2, 3, 4, 7, 16])
+TWO_TOKEN_AXES = [("d", [2, 3, 4, 7, 16]), ("attention", ATTENTIONS),
+                  ("beta, value_std", [(0.0, 1.0), (1.7, 0.8), (1e3, 1.0), (1.0, 1e308)]),
+                  ("start", ["drawn", "coincident", "antipodal", "axis"])]
+
+
+@pytest.mark.parametrize(names(TWO_TOKEN_AXES), tiered(TWO_TOKEN_AXES))  # pairs quick, all slow
 def test_two_token_path_is_bit_identical_to_general_path(monkeypatch, d, attention, beta,
                                                          value_std, start):
     """n = 2 with gaussian noise runs the fused `_trajectory_pair`; it must reproduce the general

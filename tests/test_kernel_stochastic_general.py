@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from covering import names, tiered
 from numba import njit
 
 from tokensweep.kernels.lowlevel import fast_exp
@@ -85,10 +86,11 @@ def run(n, d, attention, beta, x0, value_std=1.0, noise="gaussian"):
     return simulate_stochastic_states([np.random.default_rng([9, i]) for i in range(3)], **kw)
 
 
-@pytest.mark.parametrize("start", ["drawn", "coincident"])
-@pytest.mark.parametrize("beta", [0.0, 1.3, 1e3])
-@pytest.mark.parametrize("attention", ATTENTIONS)
-@pytest.mark.parametrize("n, d", [(3, 4), (8, 16), (9, 3)])
+FAST_EXP_AXES = [("n, d", [(3, 4), (8, 16), (9, 3)]), ("attention", ATTENTIONS),
+                 ("beta", [0.0, 1.3, 1e3]), ("start", ["drawn", "coincident"])]
+
+
+@pytest.mark.parametrize(names(FAST_EXP_AXES), tiered(FAST_EXP_AXES))  # pairs quick, all slow
 def test_general_path_is_the_same_with_and_without_fast_exp(monkeypatch, n, d, attention, beta,
                                                             start):
     """beta = 1e3 puts exponents beyond -512 (np.exp's own path inside exp_array); coincident

@@ -9,6 +9,7 @@ the overflow stop (value_std = 1e308), the sign of zeros and early stopping.
 
 import numpy as np
 import pytest
+from covering import names, tiered
 from test_kernel_stochastic import ref_stochastic
 
 from tokensweep.kernels.lowlevel import fast_exp
@@ -50,10 +51,13 @@ def assert_same(lanes, general):
         np.testing.assert_array_equal(lanes[1][name], general[1][name])
 
 
-@pytest.mark.parametrize("start", ["drawn", "coincident", "antipodal", "axis"])
-@pytest.mark.parametrize("beta, value_std", [(0.0, 1.0), (1.7, 0.8), (1e3, 1.0), (1.0, 1e308)])
-@pytest.mark.parametrize("attention", ["sa", "usa"])
-@pytest.mark.parametrize("n, d", [(3, 2), (3, 7), (5, 4), (6, 33), (8, 3), (8, 16)])
+LANES_AXES = [("n, d", [(3, 2), (3, 7), (5, 4), (6, 33), (8, 3), (8, 16)]),
+              ("attention", ["sa", "usa"]),
+              ("beta, value_std", [(0.0, 1.0), (1.7, 0.8), (1e3, 1.0), (1.0, 1e308)]),
+              ("start", ["drawn", "coincident", "antipodal", "axis"])]
+
+
+@pytest.mark.parametrize(names(LANES_AXES), tiered(LANES_AXES))  # pairs quick, all slow
 def test_lanes_path_is_bit_identical_to_general_path(monkeypatch, n, d, attention, beta,
                                                      value_std, start):
     kw = dict(n=n, d=d, beta=beta, value_std=value_std, T=1.0, layers=40,
