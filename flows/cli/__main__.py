@@ -2,4 +2,5 @@
 
 from . import console
 
-console()
+if __name__ == "__main__":  # not on import (the doctest walk imports every module)
+    console()
