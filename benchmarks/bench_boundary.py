@@ -111,7 +111,7 @@ def closed_form_draws(width: float, seeds: int) -> None:
     for seed in range(seeds):
         looked = {}  # n -> points looked at with n trajectories: the search's store of n
 
-        def evaluate(pts, n):
+        def evaluate(pts, n, looked=looked, seed=seed):
             looked.setdefault(n, set()).update(pts)
             return {x: (int(draws(seed, x, n).sum()), n) for x in pts}
         found = search(evaluate, [LO, HI], 800, Design(level=LEVEL, width=width))

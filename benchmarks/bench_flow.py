@@ -234,8 +234,8 @@ def _planner_child(folder: Path) -> None:
     from tokensweep.pipeline.execute import pending_partitions
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.spec.load import parse_sweep
-    from tokensweep.pipeline.store.lifecycle import prepare_store
     from tokensweep.pipeline.store.cube import store_batch_shape
+    from tokensweep.pipeline.store.lifecycle import prepare_store
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     tracemalloc.start()

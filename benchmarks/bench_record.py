@@ -60,7 +60,7 @@ def main():
             sweep = spec(model, record)
             part = Plan(sweep)[0]
             simulate_partition(sweep, part)  # compile
-            kernel = cpu(lambda: simulate_partition(sweep, part), 3)
+            kernel = cpu(lambda sweep=sweep, part=part: simulate_partition(sweep, part), 3)
             store, size = "", ""
             if label in ("none", "states"):
                 path = folder / f"{model}-{label}.zarr"

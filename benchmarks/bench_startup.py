@@ -281,8 +281,8 @@ def batch() -> None:
     from tokensweep.pipeline.plan import Plan
     from tokensweep.pipeline.seeds import trajectory_rngs
     from tokensweep.pipeline.spec.load import parse_sweep
-    from tokensweep.pipeline.store.lifecycle import prepare_store
     from tokensweep.pipeline.store.cube import store_batch_shape
+    from tokensweep.pipeline.store.lifecycle import prepare_store
 
     spec = {"model": "stochastic_transformer", "attention": "sa", "seed": 7, "name": "large",
             "grid": {"beta": {"start": 0.0, "stop": 3.0, "num": 500}, "d": list(range(2, 202)),

@@ -63,7 +63,7 @@ from numba import njit  # noqa: E402
 
 from tokensweep.kernels import attention as att  # noqa: E402
 from tokensweep.kernels.outcomes import allocate_outputs, record_overlaps  # noqa: E402
-from tokensweep.kernels.stochastic import (
+from tokensweep.kernels.stochastic import (  # noqa: E402
     lanes,  # noqa: E402
     pairs,  # noqa: E402
 )

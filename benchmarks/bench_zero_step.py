@@ -15,7 +15,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import xarray as xr
 
 from tokensweep.pipeline.analysis.antipodal import antipodal_table

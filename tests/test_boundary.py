@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TOKENSWEEP
 from scipy.optimize import brentq
 
 from tokensweep.pipeline import theory
@@ -23,8 +24,6 @@ from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.search import Design, search
 from tokensweep.pipeline.search_store import check_request
 from tokensweep.pipeline.spec.load import parse_sweep
-
-from conftest import TOKENSWEEP
 
 D, LEVEL = 5, 0.1
 # The discrete model's antipodal probability sits within 0.01 of the limit at h = 0.01

@@ -20,8 +20,8 @@ import yaml
 from tokensweep.flows.cli.look import catalog_claims
 from tokensweep.pipeline.analysis.boolean_rate import window_size
 from tokensweep.pipeline.report.horizon import MAX_CELLS as HORIZON_CELLS
-from tokensweep.pipeline.spec.scales import scales_of
 from tokensweep.pipeline.spec.load import load_sweep
+from tokensweep.pipeline.spec.scales import scales_of
 
 CATALOG = Path(__file__).parent.parent / "catalog"
 ENTRIES = sorted(p.stem for p in CATALOG.glob("*.yaml"))

@@ -20,8 +20,8 @@ import pytest
 import xarray as xr
 from conftest import TOKENSWEEP, api, output_cube, reference_cube, the_flow_run_of_store, wait_for_task_runs
 
-from tokensweep.pipeline.store.failures import errors_dir
 from tokensweep.pipeline.store.cube import read_status
+from tokensweep.pipeline.store.failures import errors_dir
 from tokensweep.pipeline.store.layout import DONE, FAILED
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # real servers and clusters: `pytest -m slow`

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-
 from conftest import flow_runs_of_store, wait_for_task_runs
 
 from tokensweep.pipeline.store.layout import DONE

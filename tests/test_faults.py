@@ -24,11 +24,11 @@ from typer.testing import CliRunner
 
 from tokensweep.flows.cli import app
 from tokensweep.pipeline.errors import StoreError
-from tokensweep.pipeline.store.lock import lock_path, store_lock
 from tokensweep.pipeline.spec.load import load_sweep
-from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.store.cube import read_partition_table
 from tokensweep.pipeline.store.layout import DONE, PENDING
+from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.store.lock import lock_path, store_lock
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # real servers and clusters: `pytest -m slow`
 runner = CliRunner()

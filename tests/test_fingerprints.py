@@ -8,10 +8,9 @@ the heads' arrays within fingerprints.ROUNDING and the slow tier compares per-ou
 
 from __future__ import annotations
 
+import fingerprints as fp
 import numpy as np
 import pytest
-
-import fingerprints as fp
 
 RECORD = fp.load()
 NAMES = fp.catalog_names()

@@ -21,14 +21,14 @@ import pytest
 import xarray as xr
 from conftest import TINY, output_cube, reference_cube
 
-from tokensweep.pipeline.store import grow
 from tokensweep.pipeline.errors import StoreError
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.store import grow
 from tokensweep.pipeline.store.cube import read_partition_table, read_status, stored_sweep
 from tokensweep.pipeline.store.layout import DONE
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 pytestmark = pytest.mark.slow  # grows real stores, kills real processes: `pytest -m slow`
 

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 import xarray as xr
+from conftest import TOKENSWEEP, output_cube, reference_cube
 
 from tokensweep.pipeline.store.cube import read_status
 from tokensweep.pipeline.store.layout import DONE
-
-from conftest import TOKENSWEEP, output_cube, reference_cube
 
 ONE = {"name": "one", "model": "stochastic_transformer", "attention": "sa",
        "grid": {"beta": [1.5], "d": [3], "n": 2}, "time": {"T": 2.0, "layers": 300, "checkpoints": 3},

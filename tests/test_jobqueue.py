@@ -14,8 +14,14 @@ from dataclasses import replace
 import dask.config
 import pytest
 
-from tokensweep.flows.jobqueue import JobqueueError, JobqueueOptions, build_cluster, \
-    check_submit_command, fit_to_work, resolve_options
+from tokensweep.flows.jobqueue import (
+    JobqueueError,
+    JobqueueOptions,
+    build_cluster,
+    check_submit_command,
+    fit_to_work,
+    resolve_options,
+)
 
 API = "http://10.0.0.5:4200/api"
 PROFILES = {"tokensweep.clusters": {

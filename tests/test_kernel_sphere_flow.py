@@ -115,7 +115,7 @@ def ref_states(seed, *, n, d, beta, T, layers, attention, integrator, heads, qk,
         if period and s and s % period == 0:
             q, k, v = ref_weights(rng, heads, d, qk, value)
             m = np.einsum("hca,hcb->hab", q, k)
-        f = lambda y, t: ref_field(y, t, beta, attention, m, v, sched, scale)  # noqa: E731
+        f = lambda y, t, m=m, v=v: ref_field(y, t, beta, attention, m, v, sched, scale)  # noqa: E731
         x = ref_step(x, s * h, h, integrator, f)
         out.append(x)
     return np.array(out)

@@ -6,9 +6,9 @@ import pytest
 from tokensweep.kernels.outcomes import (
     ANTIPODAL,
     OUTPUTS,
-    OutputSpec,
     SINGLE_CLUSTER,
     UNRESOLVED,
+    OutputSpec,
     allocate_outputs,
     classify,
     count_clusters,

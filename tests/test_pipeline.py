@@ -15,11 +15,11 @@ from tokensweep.pipeline.execute import pending_partitions, run_partition, simul
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.seeds import cell_key, trajectory_rngs
 from tokensweep.pipeline.spec.load import parse_sweep
-from tokensweep.pipeline.testing import fault_injector
 from tokensweep.pipeline.store.chunks import write_outputs
-from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.store.cube import read_status
 from tokensweep.pipeline.store.layout import DONE, FAILED, PENDING
+from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.testing import fault_injector
 
 OUTPUT_VARS = ["overlap_min", "overlap_max", "cluster_class", "n_clusters", "t_hit", "nonfinite"]
 

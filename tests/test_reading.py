@@ -17,8 +17,8 @@ from tokensweep.pipeline.execute import run_partition, simulate_partition
 from tokensweep.pipeline.plan import Plan
 from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
 from tokensweep.pipeline.store.chunks import write_outputs, write_status
-from tokensweep.pipeline.store.lifecycle import prepare_store
 from tokensweep.pipeline.store.layout import FAILED
+from tokensweep.pipeline.store.lifecycle import prepare_store
 
 DONE_PARTS = (0, 1, 2, 5, 7, 11)  # of TINY's 12: (beta, d) cells 0 and 1 partly, 2 and 3 sparsely
 WRITTEN_NOT_DONE = 4  # outputs written, then killed before its status: must read as pending

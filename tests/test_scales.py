@@ -5,8 +5,8 @@ import yaml
 
 import tokensweep
 from tokensweep.pipeline.errors import SpecError
-from tokensweep.pipeline.spec.scales import at_scale
 from tokensweep.pipeline.spec.load import load_sweep
+from tokensweep.pipeline.spec.scales import at_scale
 
 SPEC = {
     "name": "tiny", "model": "stochastic_transformer",

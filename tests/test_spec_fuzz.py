@@ -14,10 +14,9 @@ import re
 
 import pytest
 import yaml
+from conftest import run_tokensweep
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import run_tokensweep
 
 from tokensweep.pipeline.errors import SpecError
 from tokensweep.pipeline.plan import Plan

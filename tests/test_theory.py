@@ -167,12 +167,12 @@ def test_curve_computes_each_beta_once_and_is_monotone():
 def test_hybrid_thresholds_are_boundary_drift_sign_changes():
     for beta in (0.0, 0.5, 1.0, 2.0):
         # USA: +1 attracts iff y drifts up at +inf, -1 iff y drifts down at -inf
-        up = optimize.brentq(lambda s: hybrid_y_sde(40.0, beta, s, "usa")[0], 1e-3, 10)
-        down = optimize.brentq(lambda s: hybrid_y_sde(-40.0, beta, s, "usa")[0], 1e-3, 10)
+        up = optimize.brentq(lambda s, beta=beta: hybrid_y_sde(40.0, beta, s, "usa")[0], 1e-3, 10)
+        down = optimize.brentq(lambda s, beta=beta: hybrid_y_sde(-40.0, beta, s, "usa")[0], 1e-3, 10)
         lo, hi = th.hybrid_sigma_c(beta, "usa")
         assert lo == pytest.approx(down, rel=1e-9) and hi == pytest.approx(up, rel=1e-9)
-        up = optimize.brentq(lambda s: hybrid_y_sde(40.0, beta, s, "sa")[0], 1e-3, 10)
-        down = optimize.brentq(lambda s: hybrid_y_sde(-40.0, beta, s, "sa")[0], 1e-3, 10)
+        up = optimize.brentq(lambda s, beta=beta: hybrid_y_sde(40.0, beta, s, "sa")[0], 1e-3, 10)
+        down = optimize.brentq(lambda s, beta=beta: hybrid_y_sde(-40.0, beta, s, "sa")[0], 1e-3, 10)
         lo, hi = th.hybrid_sigma_c(beta, "sa")
         assert lo == pytest.approx(down, rel=1e-9) and hi == pytest.approx(up, rel=1e-9)
 
@@ -224,7 +224,10 @@ def simulate_tokens_rk4(x0, beta, T, dt, attention):
 
     x = x0.copy()
     for _ in range(int(round(T / dt))):
-        k1 = f(x); k2 = f(x + dt / 2 * k1); k3 = f(x + dt / 2 * k2); k4 = f(x + dt * k3)
+        k1 = f(x)
+        k2 = f(x + dt / 2 * k1)
+        k3 = f(x + dt / 2 * k2)
+        k4 = f(x + dt * k3)
         x = x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
     return x
 

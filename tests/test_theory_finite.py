@@ -17,12 +17,12 @@ import xarray as xr
 from scipy import special
 
 from tokensweep.pipeline import theory as th
-from tokensweep.pipeline.theory import finite as tf
 from tokensweep.pipeline.analysis.antipodal import antipodal_table
 from tokensweep.pipeline.analysis.stats import wilson_interval
 from tokensweep.pipeline.execute import pending_partitions, run_partition
 from tokensweep.pipeline.spec.load import parse_sweep
 from tokensweep.pipeline.store.lifecycle import prepare_store
+from tokensweep.pipeline.theory import finite as tf
 
 # (solver, args): stochastic SA/USA across beta_c and d = 2; hybrid SA bistable, USA above sigma_c
 CASES = [
