@@ -18,7 +18,7 @@ __all__ = ["fmt", "row_order", "rows_table", "cell_rows"]
 def fmt(x, digits=4) -> str:
     """A number for a table cell; an em dash for None, NaN or inf.
 
-    >>> fmt(0.10875), fmt(float("nan")), fmt(2.0, 2)
+    >>> fmt(0.10876), fmt(float("nan")), fmt(2.0, 2)
     ('0.1088', '—', '2.00')
     """
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
