@@ -5,7 +5,7 @@ cached kernels, before its first partition: ~3 s of one core for the imports and
 kernels on a small VM, paid once per worker and while the flow's own process is importing the
 same on the other cores. The standard library's forkserver does it once instead, in a process
 of its own started as soon as a run knows it needs a local cluster (it also runs one tiny
-partition of the sweep: `warm_kernels.py`), and each worker is then a fork of it (milliseconds).
+partition of the sweep: `kernel_preload.py`), and each worker is then a fork of it (milliseconds).
 
 A forked worker inherits the forkserver's environment, not its parent's at the time of the
 fork. So the variables distributed's nanny exports for its workers are exported before the
@@ -25,7 +25,7 @@ import multiprocessing
 import os
 from multiprocessing import forkserver
 
-from . import warm_kernels
+from . import kernel_preload
 
 UNSET = "TOKENSWEEP_UNSET"  # names, space-separated, that a forked worker removes (preload.py)
 STREAMS = {1: "TOKENSWEEP_STDOUT", 2: "TOKENSWEEP_STDERR"}  # the run's, for a forked worker
@@ -50,15 +50,15 @@ def start(modules: list[str], spec: dict | None = None) -> None:
     os.environ.update(nanny)
     _nanny_keys = frozenset(nanny)
     _environment = dict(os.environ)
-    variable = warm_kernels.as_variable(spec) if spec is not None else None
+    variable = kernel_preload.as_variable(spec) if spec is not None else None
     if variable is not None:
-        modules = [*modules, warm_kernels.__name__]
-        os.environ[warm_kernels.SPEC_VARIABLE] = variable  # the forkserver's alone: removed below
+        modules = [*modules, kernel_preload.__name__]
+        os.environ[kernel_preload.SPEC_VARIABLE] = variable  # the forkserver's alone: removed below
     multiprocessing.get_context("forkserver").set_forkserver_preload(list(modules))
     try:
         forkserver.ensure_running()  # returns at once: the server imports while this process goes on
     finally:
-        os.environ.pop(warm_kernels.SPEC_VARIABLE, None)
+        os.environ.pop(kernel_preload.SPEC_VARIABLE, None)
 
 
 def _nanny_environ() -> dict[str, str]:

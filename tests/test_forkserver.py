@@ -97,7 +97,7 @@ LOADED = textwrap.dedent("""
 @pytest.mark.slow  # a LocalCluster in a fresh interpreter
 def test_workers_are_forks_with_the_sweeps_kernels_that_log_to_the_runs_stderr(tmp_path):
     """A run's workers are forks of its forkserver, with the sweep's kernels loaded by its tiny
-    partition (warm_kernels.py; 50 million layers would take minutes), and they log to the run's
+    partition (kernel_preload.py; 50 million layers would take minutes), and they log to the run's
     stderr (STORE.log), not to the streams the forkserver started with."""
     log = tmp_path / "store.log"
     done = subprocess.run([sys.executable, "-c", LOADED, str(log)], capture_output=True,
@@ -111,11 +111,11 @@ def test_workers_are_forks_with_the_sweeps_kernels_that_log_to_the_runs_stderr(t
 
 
 def test_every_catalog_sweep_cuts_to_a_tiny_one_with_its_configuration():
-    """warm_kernels.tiny: the sweep the forkserver loads kernels with is each catalog sweep's
+    """kernel_preload.tiny: the sweep the forkserver loads kernels with is each catalog sweep's
     model and options on one trajectory and a few layers."""
     from pathlib import Path
 
-    from tokensweep.flows.warm_kernels import tiny
+    from tokensweep.flows.kernel_preload import tiny
     from tokensweep.pipeline.spec.load import load_sweep, parse_sweep
 
     specs = sorted((Path(__file__).parents[1] / "catalog").glob("*.yaml"))

@@ -134,9 +134,9 @@ def scheduler_asked(scheduler: Optional[str], scheduler_file: Optional[str],
         address = resolve_scheduler(scheduler, scheduler_file)
         if address or not service:
             return address
-        from ..warm_cluster import warm_scheduler
+        from ..cluster_service import running_scheduler
 
-        return warm_scheduler()
+        return running_scheduler()
     except ClusterError as err:
         fail(str(err))
 

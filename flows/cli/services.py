@@ -1,6 +1,6 @@
 """The services a user starts and stops explicitly: `tokensweep server start|env|stop` (the local
 Prefect server, flows/server.py), `tokensweep cluster start|status|stop` (a local Dask cluster
-kept between runs, flows/warm_cluster.py) and `tokensweep serve` (the deployment that runs
+kept between runs, flows/cluster_service.py) and `tokensweep serve` (the deployment that runs
 sweeps launched from the Prefect UI, flows/serve.py). Nothing here starts a process the user
 did not ask for.
 """
@@ -59,8 +59,8 @@ def cluster_start(workers: Optional[int] = typer.Option(None, min=1, help="worke
                                                          show_default="one per core")):
     """Start (or keep) a local scheduler and single-threaded workers; print its address.
     `tokensweep run` uses it while it runs, unless given --workers or another cluster."""
+    from ..cluster_service import start_cluster
     from ..run import ClusterError
-    from ..warm_cluster import start_cluster
 
     try:
         typer.echo(start_cluster(workers))
@@ -71,9 +71,9 @@ def cluster_start(workers: Optional[int] = typer.Option(None, min=1, help="worke
 @cluster_app.command("status")
 def cluster_status():
     """Print the local cluster's address, or say that none is usable."""
-    from ..warm_cluster import warm_scheduler
+    from ..cluster_service import running_scheduler
 
-    address = warm_scheduler()
+    address = running_scheduler()
     typer.echo(address or "no local cluster started (or one started from other code): "
                "`tokensweep cluster start`")
 
@@ -81,7 +81,7 @@ def cluster_status():
 @cluster_app.command("stop")
 def cluster_stop():
     """Stop the local cluster's scheduler and workers."""
-    from ..warm_cluster import stop_cluster
+    from ..cluster_service import stop_cluster
 
     typer.echo("stopped" if stop_cluster() else "no local cluster is running")
 

@@ -1,7 +1,7 @@
-"""The warm local cluster (`tokensweep cluster start|status|stop`, flows/warm_cluster.py).
+"""The local cluster service (`tokensweep cluster start|status|stop`, flows/cluster_service.py).
 
-Real parts: the session's Prefect server, a real `dask scheduler` and `dask worker` started by
-the command, the real `tokensweep` as a subprocess. TOKENSWEEP_HOME is the session's temp folder.
+Real parts: the session's Prefect server, a real local cluster (`python -m
+tokensweep.flows.clusters`, detached) started by the command, the real `tokensweep` as a subprocess. TOKENSWEEP_HOME is the session's temp folder.
 """
 
 from __future__ import annotations
@@ -12,18 +12,17 @@ import time
 
 import pytest
 import xarray as xr
-
 from conftest import TINY, output_cube, reference_cube
 
 
-def test_no_record_or_other_code_is_no_warm_cluster(tmp_path, monkeypatch):
-    from tokensweep.flows import warm_cluster
+def test_no_record_or_other_code_is_no_running_cluster(tmp_path, monkeypatch):
+    from tokensweep.flows import cluster_service
 
     monkeypatch.setenv("TOKENSWEEP_HOME", str(tmp_path))
-    assert warm_cluster.warm_scheduler() is None
+    assert cluster_service.running_scheduler() is None
     (tmp_path / "dask-cluster.json").write_text(json.dumps({"pids": [], "code": "older"}))
-    assert warm_cluster.warm_scheduler() is None
-    assert warm_cluster.code_digest() == warm_cluster.code_digest() != "older"
+    assert cluster_service.running_scheduler() is None
+    assert cluster_service.code_digest() == cluster_service.code_digest() != "older"
 
 
 def _alive(pid: int) -> bool:
@@ -35,7 +34,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_run_uses_the_warm_cluster_until_it_is_stopped_or_stale(
+def test_run_uses_the_started_cluster_until_it_is_stopped_or_stale(
         prefect_server, cli, write_spec, tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("TOKENSWEEP_HOME", str(home))
