@@ -14,9 +14,9 @@ import shutil
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from ..errors import SpecError, StoreError
 from ..spec.base import SPEC_ATTR, SweepBase
@@ -24,6 +24,12 @@ from ..spec.load import sweep_from_json
 from . import location
 from .layout import DAMAGED_HINT, DONE, template
 from .marks import interrupted
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+# How a partition table's times are stored (layout.template): decoded as xarray decodes them
+EPOCH_SECONDS = "seconds since 1970-01-01T00:00:00Z"
 
 
 def store_batch_shape(path: str | Path) -> tuple[int, ...]:
@@ -129,7 +135,41 @@ def read_status(path: str | Path) -> np.ndarray:
 
 
 def read_partition_table(path: str | Path, name: str) -> np.ndarray:
-    """One per-partition variable (status, started, finished), flattened in plan order."""
+    """One per-partition variable (status, started, finished), flattened in plan order: the
+    values `xr.open_zarr(path)[name].values` holds (times as datetime64[ns], NaT where unset),
+    read with zarr alone (xarray's import is most of a `tokensweep status`)."""
+    import zarr
+
+    try:
+        group = zarr.open_group(location.zarr_store(path, read_only=True), mode="r",
+                                use_consolidated=location.consolidated(path))
+        array = group[name]
+        values = np.asarray(array[...]).reshape(-1)
+        units = array.attrs.get("units")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{path}: cannot read `{name}` ({type(err).__name__}: {err}): "
+                         f"{DAMAGED_HINT}") from None
+    if units is None:
+        return values
+    if units != EPOCH_SECONDS or values.dtype.kind != "f":
+        return _read_partition_table_xarray(path, name)
+    return _seconds_to_datetime(values)
+
+
+def _seconds_to_datetime(seconds: np.ndarray) -> np.ndarray:
+    """Float seconds since the epoch to datetime64[ns] (NaN to NaT), as xarray's CF decoding
+    does it: the seconds times 10^9, truncated to integer nanoseconds."""
+    nan = np.isnan(seconds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        nanoseconds = np.asarray(seconds.astype(np.float64) * np.int64(1_000_000_000)).astype(np.int64)
+    nanoseconds[nan] = np.iinfo(np.int64).min
+    return np.datetime64(0, "ns") + nanoseconds.astype("timedelta64[ns]")
+
+
+def _read_partition_table_xarray(path: str | Path, name: str) -> np.ndarray:
+    import xarray as xr
+
     try:
         with xr.open_zarr(location.zarr_store(path, read_only=True),
                           consolidated=location.consolidated(path),
@@ -142,6 +182,8 @@ def read_partition_table(path: str | Path, name: str) -> np.ndarray:
 
 def open_cube(path: str | Path) -> xr.Dataset:
     """Open a cube lazily (dask-backed), checking that it is a tokensweep store."""
+    import xarray as xr
+
     stored_sweep(path)
     try:
         return xr.open_zarr(location.zarr_store(path, read_only=True),
