@@ -33,10 +33,18 @@ def _drain_prefect() -> None:
             pass
 
 
+def _stop_forkserver() -> None:
+    """End the run's forkserver (`forkserver.stop`), if this process imported the module."""
+    module = sys.modules.get(f"{__package__}.forkserver")
+    if module is not None:
+        module.stop()
+
+
 def exit_now(code: int) -> NoReturn:
     """Flush what the command wrote or queued, then end the process with `code`."""
     try:
         _drain_prefect()
+        _stop_forkserver()
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             try:

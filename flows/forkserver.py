@@ -16,13 +16,15 @@ are handed to each fork by its nanny, and those removed since are removed by the
 preload (`preload.dask_setup`, which also reads Prefect's settings again).
 
 It ends with the run's process (a child of it, with the standard library's alive pipe): nothing
-outlives the command.
+outlives the command, which ends it before it returns (`stop`, from `fast_exit`) rather than let
+it tear its interpreter down for seconds after.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from multiprocessing import forkserver
 
 from . import kernel_preload
@@ -59,6 +61,27 @@ def start(modules: list[str], spec: dict | None = None) -> None:
         forkserver.ensure_running()  # returns at once: the server imports while this process goes on
     finally:
         os.environ.pop(kernel_preload.SPEC_VARIABLE, None)
+
+
+def stop() -> None:
+    """End this process's forkserver now, if it started one: SIGTERM, which ends it at once,
+    without the interpreter's teardown (seconds, in a process that imported Prefect, the
+    pipeline and the kernels); its forks, the local workers, are closed with their cluster.
+    For the end of a command (`fast_exit`): the forkserver would otherwise outlive it by those
+    seconds. A later local cluster in this process spawns its workers."""
+    global _environment
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # the standard library's record
+    if _environment is None or not pid:
+        return
+    _environment = None
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:  # the standard library's own stop: its pipe closed, the process reaped, its socket removed
+        forkserver._forkserver._stop()
+    except OSError:
+        pass
 
 
 def _nanny_environ() -> dict[str, str]:

@@ -128,3 +128,28 @@ def test_every_catalog_sweep_cuts_to_a_tiny_one_with_its_configuration():
         kept = {k for k in type(full).model_fields if k not in ("grid", "time", "trajectories", "threads",
                                                                   "store", "partition_traj")}
         assert {k: getattr(cut, k) for k in kept} == {k: getattr(full, k) for k in kept}, path.name
+
+
+STOPPED = """
+import os, sys
+from multiprocessing import forkserver as stdlib
+from tokensweep.flows import forkserver
+forkserver.start(["os"])
+pid = stdlib._forkserver._forkserver_pid
+forkserver.stop()
+try:
+    os.kill(pid, 0)
+    alive = True
+except ProcessLookupError:
+    alive = False
+print(pid > 0, alive, forkserver.worker_start()[0], stdlib._forkserver._forkserver_pid)
+"""
+
+
+def test_the_command_ends_its_forkserver_before_it_returns():
+    """forkserver.stop (what fast_exit calls as a command ends): the forkserver is gone, reaped,
+    at once, not left tearing its interpreter down for seconds; a later cluster spawns."""
+    done = subprocess.run([sys.executable, "-c", STOPPED], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "False", "spawn", "None"]
