@@ -22,7 +22,14 @@ def test_every_catalog_entry_has_fingerprints():
     assert recorded == set(NAMES), "run `python tests/fingerprints.py --write` for new entries"
 
 
-@pytest.mark.parametrize("name", NAMES)
+# Entries whose kernels compile variants no other quick test needs (recorded observables,
+# literal value matrices, equiangular starts...): 15-60 s each on a cold numba cache
+OWN_COMPILATION = {"geshkovski2023-energy", "fedorov2026-fig6", "geshkovski2023-equiangular",
+                   "geshkovski2023-fig5", "fedorov2026-value-laws"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow)
+                                  if name in OWN_COMPILATION else name for name in NAMES])
 def test_first_and_last_partitions_heads_unchanged(name):
     outputs = fp.entry_outputs(name, fp.HEAD)
     for label, out in outputs.items():

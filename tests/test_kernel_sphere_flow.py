@@ -403,8 +403,9 @@ def test_span_reduction_agrees_with_the_full_dimension(monkeypatch):
 @pytest.mark.parametrize("kw", [
     dict(d=2, beta=4.0), dict(d=8, beta=9.0), dict(d=32, beta=1.0),  # symmetric path
     dict(d=48, beta=4.0),  # span reduction
-    dict(d=16, beta=2.0, qk="ginibre", value="ginibre"),  # general path
-    dict(d=3, beta=1.0, integrator="rk4", heads=2),
+    # the general path's float32 variants compile for ~30 s each on a cold cache: slow tier
+    pytest.param(dict(d=16, beta=2.0, qk="ginibre", value="ginibre"), marks=pytest.mark.slow),
+    pytest.param(dict(d=3, beta=1.0, integrator="rk4", heads=2), marks=pytest.mark.slow),
 ])
 def test_float32_statistics_agree_with_float64(kw):
     # catalog-like (n = 32, h = 0.1, T = 30, a checkpoint every 0.5), 32 trajectories from the same

@@ -3,7 +3,7 @@
 then a rerun.
 
 Needs the one-node SLURM of `bash tests/integration/slurm/setup.sh` (as root), then
-`python -m pytest -q -s -m slurm` (-s shows the squeue output taken during the run).
+`python -m pytest -q -s -m slurm -n 0` (-s shows the squeue output taken during the run).
 The cube after the rerun must equal a local run of the same spec bit for bit, and no
 tokensweep job may be left in the queue.
 """
