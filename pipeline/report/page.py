@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,19 @@ def _spec_facts(sweep, names) -> tuple:
 IN_MEMORY_BYTES = 512 * 2**20
 
 
+def local_scheduler() -> dict:
+    """`compute`'s scheduler where no Dask client can be active (distributed never imported, no
+    scheduler configured): dask's own choice then (the threads of its arrays), named, so that
+    dask does not import distributed to look for a client (~0.5 s of a tiny sweep's report,
+    which runs in a process with no cluster). Else nothing: dask chooses as always."""
+    import dask
+    import dask.threaded
+
+    if "distributed" in sys.modules or dask.config.get("scheduler", None) is not None:
+        return {}
+    return {"scheduler": dask.threaded.get}  # a function: a name would make dask import distributed
+
+
 def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
     """Write report.md, report.html (self-contained) and summary.json with their figures into
     out_dir; return {'report': md path, 'html': html path, 'summary': json path, figure: path, ...}."""
@@ -89,7 +103,7 @@ def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
                          "open a store written by tokensweep (tokensweep.pipeline.store.open_cube)")
     model = get_model(sweep.model)
     if ds.nbytes <= IN_MEMORY_BYTES:  # the sections read most of it, many times: read it once
-        ds = ds.compute()
+        ds = ds.compute(**local_scheduler())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report_input = ReportInput(ds, sweep, out, level)
