@@ -44,8 +44,9 @@ SERVER_FIXTURES = {"prefect_server", "dask_client", "dask_cluster"}
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.slow)
+        daemon_tier = item.get_closest_marker("postgres") or item.get_closest_marker("slurm")
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and not daemon_tier:
+            item.add_marker(pytest.mark.slow)  # a daemon's tier runs alone, with its own daemon
 
 
 SPECS = Path(__file__).parent / "specs"
