@@ -1,0 +1,137 @@
+"""The deep stochastic transformer on an NVIDIA GPU (numba-cuda): one thread per trajectory.
+
+`simulate_stochastic_cuda(key, trajectories, ...)` runs the device build of
+`stochastic.device_steps` (the CPU kernel's model and scheme, docs/models.md 4.6): each thread
+integrates one trajectory in local arrays (x, Ahat, the noise direction, overlaps, R, the layer's
+draws) and writes its outcomes (overlap min / max, class, cluster count per checkpoint; t_hit,
+nonfinite), so only those cross the bus. Its random numbers are Philox blocks keyed by the cell
+(`lowlevel.philox.device_key`) with the trajectory index in the counter, so a trajectory's
+numbers do not depend on the batch, the launch or the GPU.
+
+target="cpu" runs the same source compiled by numba.njit on the host, one trajectory after
+another: the same numbers up to the device's own exp / log / sqrt and fused multiply-adds, and
+exactly those of the device build run by numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1, set
+before numba.cuda is first imported), which is how the tests check the device code without a
+GPU. `device_ready()` says whether a launch can run here (a GPU, or the simulator).
+
+Sizes: n from 1 to MAX_TOKENS, d from 2 to MAX_DIM (local arrays are fixed per (n, d): one
+compiled kernel per pair). Options: attention sa / usa / causal_sa, noise gaussian / literal,
+value laws gaussian / rademacher / uniform (literal noise), early stopping. Not on the device:
+Q, K other than the identity, scheme sde, recorded observables, given starts (the spec refuses
+them with `device: cuda`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import numpy as np
+
+from .. import vocabulary
+from . import device_steps
+
+MAX_TOKENS = 32
+MAX_DIM = 64
+THREADS_PER_BLOCK = 64
+ATTENTION_CODES = {"sa": device_steps.SA, "usa": device_steps.USA,
+                   "causal_sa": device_steps.CAUSAL_SA}
+NOISE_CODES = {"gaussian": device_steps.GAUSSIAN, "literal": device_steps.LITERAL}
+LAW_CODES = {"gaussian": 0, "rademacher": 1, "uniform": 2}  # = lowlevel.philox.fill's laws
+SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"
+
+__all__ = ["MAX_DIM", "MAX_TOKENS", "device_ready", "simulate_stochastic_cuda"]
+
+
+def device_ready() -> str | None:
+    """None if a `device: cuda` run can start here, else one line saying what to do."""
+    if importlib.util.find_spec("numba_cuda") is None:
+        return ("device: cuda needs numba-cuda: pip install 'numba-cuda[cu12]' (or [cu13]) on a "
+                "machine with an NVIDIA GPU, or set device: cpu")
+    if os.environ.get(SIMULATOR_ENV) == "1":
+        return None
+    from numba import cuda
+
+    if cuda.is_available():
+        return None
+    return ("device: cuda but no CUDA GPU is visible here: run on a GPU machine, set device: cpu, "
+            f"or set {SIMULATOR_ENV}=1 for numba-cuda's (slow) simulator")
+
+
+@functools.cache
+def _cpu_loop():
+    from numba import njit
+
+    parts = device_steps.build(njit)
+    trajectory = parts.trajectory
+
+    def loop(n, d, att, noise, law, k0, k1, trajs, beta, s, sqrt_h, layers, ckpt, times, eps,
+             window, omin, omax, cls, ncl, thit, nonfin):
+        size = max(n * d, d * d) + 1
+        for r in range(trajs.shape[0]):
+            trajectory(np.empty((n, d)), np.empty((n, d)), np.empty((n, d)), np.empty((n, n)),
+                       np.zeros((n, n)), np.empty(size), np.empty(n), np.empty(n, np.int64),
+                       n, d, att, noise, law, k0, k1, trajs[r], beta, s, sqrt_h, layers, ckpt,
+                       times, eps, window, omin, omax, cls, ncl, thit, nonfin, r)
+
+    return njit(loop)
+
+
+def _missing_outputs(ntraj: int, nt: int) -> dict:
+    """The outputs (vocabulary.STOCHASTIC_OUTPUTS), each filled with its missing value."""
+    out = {}
+    for name, spec in vocabulary.STOCHASTIC_OUTPUTS.items():
+        shape = (ntraj, nt) if spec.per_checkpoint else (ntraj,)
+        out[name] = np.full(shape, spec.missing, dtype=spec.dtype)
+    return out
+
+
+def simulate_stochastic_cuda(key, trajectories, *, n, d, beta, value_std=1.0, T, layers,
+                             checkpoint_layers, attention="sa", noise="gaussian",
+                             value_law="gaussian", eps=1e-3, stop_when_resolved=False,
+                             resolved_window=2, target="cuda"):
+    """Outputs of trajectories `trajectories` (int indices, the Philox counter's) of one cell.
+
+    key: (k0, k1), the cell's Philox key (`lowlevel.philox.device_key`). Returns the arrays of
+    `vocabulary.STOCHASTIC_OUTPUTS` as the CPU kernel does. target: "cuda" (a GPU, or
+    numba-cuda's simulator) or "cpu" (the same source by numba.njit on the host).
+    """
+    n, d, layers = int(n), int(d), int(layers)
+    if not 1 <= n <= MAX_TOKENS:
+        raise ValueError(f"n = {n}: the device kernel takes 1 to {MAX_TOKENS} tokens")
+    if not 2 <= d <= MAX_DIM:
+        raise ValueError(f"d = {d}: the device kernel takes d from 2 to {MAX_DIM}")
+    if value_law != "gaussian" and noise == "gaussian":
+        raise ValueError(f"value_law = {value_law!r} needs noise = 'literal'")
+    if target not in ("cuda", "cpu"):
+        raise ValueError(f"target = {target!r}: use 'cuda' or 'cpu'")
+    ckpt = np.asarray(checkpoint_layers, dtype=np.int64).ravel()
+    if ckpt.size == 0 or ckpt[-1] != layers or np.any(np.diff(ckpt) <= 0) or ckpt[0] < 1:
+        raise ValueError(f"checkpoint_layers = {ckpt}: sorted, unique, in 1..layers, ending at layers")
+    trajs = np.asarray(trajectories, dtype=np.int64).ravel()
+    h = float(T) / layers
+    times = h * ckpt.astype(np.float64)
+    window = int(resolved_window) if stop_when_resolved else 0
+    out = _missing_outputs(trajs.size, ckpt.size)
+    k0, k1 = (int(k) for k in key)
+    args = (ATTENTION_CODES[attention], NOISE_CODES[noise], LAW_CODES[value_law], k0, k1)
+    scalars = (float(beta), float(value_std), float(np.sqrt(h)), layers)
+    names = list(out)
+    if trajs.size == 0:
+        return out
+    if target == "cpu":
+        _cpu_loop()(n, d, *args, trajs, *scalars, ckpt, times, float(eps), window,
+                    *(out[k] for k in names))
+        return out
+    from numba import cuda
+
+    from .cuda_kernel import device_kernel
+
+    kernel = device_kernel(n, d)
+    on_device = {k: cuda.to_device(v) for k, v in out.items()}
+    blocks = (trajs.size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+    kernel[blocks, THREADS_PER_BLOCK](*args, cuda.to_device(trajs), *scalars,
+                                      cuda.to_device(ckpt), cuda.to_device(times), float(eps),
+                                      window, *(on_device[k] for k in names))
+    return {k: on_device[k].copy_to_host() for k in names}
