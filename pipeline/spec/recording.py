@@ -112,6 +112,7 @@ def dimension_sizes(sweep) -> dict[str, int]:
         sizes.update(i=int(n[0]), j=int(n[0]), token=int(n[0]))
     if len(d) == 1:
         sizes["component"] = int(d[0])
+    sizes.update(getattr(sweep, "trailing_sizes", {}))  # a model's own trailing dimensions
     return sizes
 
 

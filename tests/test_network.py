@@ -1,0 +1,158 @@
+"""The network plug-in (pipeline/models/network/): tiny GPT-2 and BERT checkpoints written with
+save_pretrained and loaded as a user's checkpoint, checked against transformers' own forward pass
+layer by layer; the same numbers however a cell is partitioned; beta against transformers' own
+logit scaling; the value spectra against the d x d value matrices; the fit; bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tokensweep.pipeline.errors import SpecError
+from tokensweep.pipeline.models.network.fit import fit_with_interval, particle_curve
+from tokensweep.pipeline.models.network.measures import cosines
+from tokensweep.pipeline.models.network.spec import SIZES
+from tokensweep.pipeline.seeds import trajectory_rngs
+from tokensweep.pipeline.spec.load import parse_sweep
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+CELL = {"n": 6, "beta": 1.0, "scale": 0.02, "weights_seed": 0}
+
+
+def spec(**fields):
+    base = {"name": "t", "model": "network", "grid": {"n": 6}, "trajectories": 4, "seed": 3}
+    return parse_sweep({**base, **fields})
+
+
+def simulate(sweep, trajectories, cell=CELL):
+    from tokensweep.pipeline.models.network.forward import simulate_network
+
+    return simulate_network(sweep, cell, trajectory_rngs(sweep.seed, cell, trajectories))
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Tiny BERT and GPT-2 folders as save_pretrained writes them (random weights, seed 0)."""
+    folders = {}
+    for arch in ("bert", "gpt2"):
+        config = transformers.AutoConfig.for_model(arch, **SIZES[arch]["tiny"])
+        torch.manual_seed(0)
+        model = transformers.AutoModel.from_config(config)
+        folder = tmp_path_factory.mktemp(arch)
+        model.save_pretrained(folder)
+        folders[arch] = folder
+    return folders
+
+
+def reference_mean_overlaps(folder, ids, drop_final=False):
+    """Mean pairwise cosine after every layer, from transformers' own forward pass."""
+    model = transformers.AutoModel.from_pretrained(folder).eval()
+    if drop_final:  # GPT-2's last hidden state is after ln_f: the raw layer output without it
+        model.ln_f = torch.nn.Identity()
+    with torch.no_grad():
+        states = model(input_ids=torch.as_tensor(ids[None]), output_hidden_states=True).hidden_states
+    out = []
+    for h in states:
+        g = cosines(h[0].double().numpy())
+        out.append(g[np.triu_indices(len(g), 1)].mean())
+    return np.asarray(out)
+
+
+@pytest.mark.parametrize("arch", ["bert", "gpt2"])
+def test_checkpoint_folder_matches_transformers_layer_by_layer(checkpoints, arch):
+    from tokensweep.pipeline.models.network.forward import prompt_ids
+
+    sweep = spec(weights=str(checkpoints[arch]), law="pretrained", trajectories=2)
+    out = simulate(sweep, range(2))
+    rngs = trajectory_rngs(sweep.seed, CELL, range(2))
+    for j, ids in enumerate(prompt_ids(sweep, 6, rngs, None)):
+        ref = reference_mean_overlaps(checkpoints[arch], ids, drop_final=arch == "gpt2")
+        np.testing.assert_allclose(out["start_overlap"][j], ref[0], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(out["mean_overlap"][j], ref[1:], rtol=0, atol=1e-6)
+    assert out["n_clusters"].min() >= 1 and out["overlap_hist"].sum(-1).tolist() == [[15, 15]] * 2
+
+
+def test_same_numbers_however_partitioned():
+    sweep = spec(architecture="gpt2", size="tiny", law="resampled", passes=2, feed_forward=False)
+    whole = simulate(sweep, range(4))
+    parts = [simulate(sweep, range(0, 1)), simulate(sweep, range(1, 4))]
+    for name, value in whole.items():
+        np.testing.assert_array_equal(value, np.concatenate([p[name] for p in parts]), err_msg=name)
+    # resampled weights change every pass; fixed ones do not: pass 2 differs between the laws
+    fixed = simulate(spec(architecture="gpt2", size="tiny", law="random", passes=2, feed_forward=False), range(1))
+    assert np.array_equal(fixed["mean_overlap"][0, :2], whole["mean_overlap"][0, :2])
+    assert not np.array_equal(fixed["mean_overlap"][0, 2:], whole["mean_overlap"][0, 2:])
+
+
+def test_beta_multiplies_the_attention_logits(checkpoints):
+    """beta = 3 through the plug-in (query scaled) equals transformers' GPT-2 with its own logit
+    scale multiplied by 3 (GPT2Attention.scaling)."""
+    from tokensweep.pipeline.models.network.forward import prompt_ids
+
+    sweep = spec(weights=str(checkpoints["gpt2"]), law="pretrained", trajectories=1)
+    out = simulate(sweep, range(1), {**CELL, "beta": 3.0})
+    ids = prompt_ids(sweep, 6, trajectory_rngs(sweep.seed, {**CELL, "beta": 3.0}, range(1)), None)[0]
+    model = transformers.AutoModel.from_pretrained(checkpoints["gpt2"], attn_implementation="eager").eval()
+    for block in model.h:
+        block.attn.scaling *= 3.0
+    with torch.no_grad():
+        att = model(input_ids=torch.as_tensor(ids[None]), output_attentions=True).attentions
+    expected = [a[0].double().numpy().max(-1).mean() for a in att]
+    np.testing.assert_allclose(out["attention_max"][0], expected, rtol=0, atol=1e-5)
+
+
+def test_value_spectra_are_the_heads_value_matrices(checkpoints):
+    out = simulate(spec(weights=str(checkpoints["bert"]), law="pretrained", trajectories=1), range(1))
+    model = transformers.AutoModel.from_pretrained(checkpoints["bert"])
+    heads, width = 4, 32
+    dh = width // heads
+    expected = []
+    for layer in model.encoder.layer:
+        wv = layer.attention.self.value.weight.detach().double().numpy()
+        wo = layer.attention.output.dense.weight.detach().double().numpy()
+        for h in range(heads):
+            full = wo[:, h * dh:(h + 1) * dh] @ wv[h * dh:(h + 1) * dh]  # d x d, rank dh
+            ev = np.linalg.eigvals(full)
+            expected.append(np.abs(ev).max())
+    lead = np.hypot(out["value_lead_re"][0], out["value_lead_im"][0])
+    np.testing.assert_allclose(lead, expected, rtol=1e-4)
+    assert out["value_lead_re"].shape == (1, 2 * heads)
+
+
+def test_fit_recovers_the_particle_model():
+    """Curves of the particle model itself (beta 2, 0.3 per layer) plus noise per prompt: the fit's
+    interval holds the truth."""
+    layers = np.arange(0, 13, dtype=float)
+    rng = np.random.default_rng(1)
+    truth = particle_curve(layers, 0.1, 2.0, 0.3, 16)
+    curves = truth + rng.normal(0, 0.02, (24, layers.size))
+    fit = fit_with_interval(layers, curves, curves[:, 0], 16, resamples=15)
+    assert fit["tau_lo"] <= 0.3 <= fit["tau_hi"] and fit["beta_lo"] <= 2.0 <= fit["beta_hi"], fit
+    assert fit["tau_hi"] - fit["tau_lo"] < 0.2
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"architecture": "llama"}, "architecture: 'llama' is not an architecture"),
+    ({"weights": "/nonexistent/folder", "law": "pretrained"}, "is not a folder"),
+    ({"architecture": "gpt2", "size": "tiny", "grid": {"n": 500}}, "longer than the network's 128 positions"),
+    ({"architecture": "gpt2", "size": "huge"}, "size 'huge' is not a preset"),
+    ({"architecture": "gpt2", "size": "tiny", "law": "pretrained"}, "pretrained needs weights"),
+    ({"architecture": "gpt2", "size": "tiny", "prompts": "rst_table2"}, "text prompts need a tokenizer"),
+])
+def test_bad_input_is_one_line_naming_the_fix(fields, words):
+    with pytest.raises(SpecError) as err:
+        spec(**fields)
+    assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_malformed_checkpoint_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(SpecError, match="not a readable JSON config"):
+        spec(weights=str(tmp_path), law="pretrained")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(SpecError, match="model_type 't5' is not one tokensweep runs"):
+        spec(weights=str(tmp_path), law="pretrained")
