@@ -140,7 +140,8 @@ def network_section(report: ReportInput) -> Part:
         last = ds.isel(sel).isel(t=-1)
         pace = "faster" if fit["tau_lo"] > 1 else "slower" if fit["tau_hi"] < 1 else "undecided"
         rows.append([cell_label(ds["mean_overlap"], sel), str(fit["prompts"]),
-                     f"{fmt(fit['beta'], 3)} [{fmt(fit['beta_lo'], 3)}, {fmt(fit['beta_hi'], 3)}]",
+                     f"{fmt(fit['beta'], 3)} [{fmt(fit['beta_lo'], 3)}, {fmt(fit['beta_hi'], 3)}]"
+                     + (" (at the bound: not identified)" if fit["beta"] <= 1.01e-3 or fit["beta"] >= 49.5 else ""),
                      f"{fmt(fit['tau'], 3)} [{fmt(fit['tau_lo'], 3)}, {fmt(fit['tau_hi'], 3)}]",
                      fmt(fit["rms"], 3), pace, fmt(float(last["overlap_min"].mean()), 3),
                      fmt(float((last["overlap_min"] < -0.9).mean()), 3)])

@@ -50,6 +50,7 @@ def import_libraries():
         import transformers
     except ImportError as err:
         raise RuntimeError(f"model network: {err}: {EXTRA_HINT}") from None
+    transformers.utils.logging.disable_progress_bar()  # no bar per checkpoint loaded in a worker's log
     return torch, transformers
 
 

@@ -42,7 +42,7 @@ def fit_particle(layers, curve, gamma0: float, n: int, start=(1.0, 0.5)) -> tupl
     return float(np.exp(res.x[0])), float(np.exp(res.x[1])), float(np.sqrt(np.mean(res.fun ** 2)))
 
 
-def fit_with_interval(layers, curves, gamma0s, n: int, level: float = 0.95, resamples: int = 40,
+def fit_with_interval(layers, curves, gamma0s, n: int, level: float = 0.95, resamples: int = 20,
                       seed: int = 0) -> dict:
     """The fit to the mean over prompts (rows of `curves`), with percentile bootstrap intervals."""
     curves, gamma0s = np.asarray(curves, float), np.asarray(gamma0s, float)
