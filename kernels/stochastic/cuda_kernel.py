@@ -1,21 +1,28 @@
 """The CUDA kernel of `stochastic.cuda`: one thread per trajectory, its work in local arrays.
 
-Imported only where a device run starts: importing it imports numba.cuda, which reads
-NUMBA_ENABLE_CUDASIM (numba-cuda's simulator) once, at that import. `cuda` is a module global
-so that the simulator can swap in its own module when it runs the kernel as Python.
+numba.cuda reads NUMBA_ENABLE_CUDASIM (numba-cuda's simulator) once, at its first import, so
+this module imports it only when a kernel is first built (a walk over the package's modules
+does not): `cuda` is then a module global, so that the simulator can swap in its own module
+when it runs the kernel as Python.
 """
 
 import functools
 
 import numpy as np
-from numba import cuda
 
 from . import device_steps
+
+cuda = None  # numba.cuda, imported by the first `device_kernel` call (module docstring)
 
 
 @functools.cache
 def device_kernel(n: int, d: int):
     """The kernel for n tokens in d dimensions (local arrays' shapes are compile-time)."""
+    global cuda
+    if cuda is None:
+        from numba import cuda as numba_cuda
+
+        cuda = numba_cuda
     parts = device_steps.build(lambda f: cuda.jit(f, device=True))
     trajectory = parts.trajectory
     size = max(n * d, d * d) + 1

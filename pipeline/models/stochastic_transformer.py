@@ -22,6 +22,7 @@ from pydantic import Field, field_validator, model_validator
 from ...kernels import vocabulary
 from ..plugin import Model
 from ..spec.base import MAX_LAYERS, Grid, axis_values, refuse
+from ..spec.device import DeviceSweep, refuse_on_device
 from ..spec.matrices import Matrix, check_fixes_d, square_matrix
 from ..spec.recording import RecordingSweep, record_arguments
 from ..spec.starts import Start, StartSweep, initial_overlap
@@ -46,14 +47,15 @@ class StochasticGrid(Grid):
         return values
 
 
-class StochasticTransformerSweep(RecordingSweep, StartSweep):
+class StochasticTransformerSweep(DeviceSweep, RecordingSweep, StartSweep):
     """Deep stochastic transformer [F26]: x_i <- N(x_i + sqrt(h) V_k A_i(X)).
 
     Generalised ([F26] Thm 1's assumptions; docs/models.md 4.4): `value_law` (entries' law; a
     non-Gaussian law needs `noise: literal`, chosen for it when noise is not given), `qk` /
     `matrices` (Q, K: random ensembles or explicit; no closed form then), `grid.layers` (h as an
     axis; time.layers may then be left out: it becomes the largest value) and `scheme` (the
-    discrete transformer, or the reference integrator of its limit SDE).
+    discrete transformer, or the reference integrator of its limit SDE). `device: cuda` runs the
+    numba-cuda kernel (`kernels/stochastic/cuda.py`, its own random stream; docs/models.md 4.6).
     """
 
     model: Literal["stochastic_transformer"]
@@ -123,6 +125,11 @@ class StochasticTransformerSweep(RecordingSweep, StartSweep):
                     self.time.layers_at(layers)
                 except ValueError as err:
                     raise refuse("time.checkpoints", str(err)) from None
+        refuse_on_device(self, {"qk": self.qk != "identity" and "a drawn Q, K",
+                                "matrices": bool(self.matrices) and "an explicit Q, K",
+                                "scheme": self.scheme != "discrete" and "scheme: sde",
+                                "record": bool(self.record) and "recording observables",
+                                "init": self.init != Start() and "a start other than uniform"})
         return self
 
     @property
@@ -155,6 +162,8 @@ class StochasticTransformer(Model):
     report_facts = ("scheme", "noise", "value_law", "qk")  # which variant ran (docs/models.md 4.4)
 
     def simulate(self, sweep, coords, rngs):
+        if sweep.device == "cuda":
+            return simulate_on_device(sweep, coords, rngs)
         from ...kernels.stochastic.transformer import simulate_stochastic_transformer
 
         return simulate_stochastic_transformer(
@@ -225,6 +234,23 @@ def generalised_arguments(sweep, coords: dict) -> dict:
                 if sweep.matrices else None)
     return dict(args, value_law=sweep.value_law, qk=sweep.qk, matrices=matrices,
                 scheme=sweep.scheme)
+
+
+def simulate_on_device(sweep, coords: dict, rngs: list) -> dict:
+    """A partition on the GPU (`kernels.stochastic.cuda`): the cell's Philox key from (seed, cell),
+    the trajectories' indices from their Generators (the device draws nothing from those)."""
+    from ...kernels.lowlevel.philox import device_key
+    from ...kernels.stochastic.cuda import simulate_stochastic_cuda
+    from ..seeds import cell_key
+    from ..spec.starts import trajectory_index
+
+    args = generalised_arguments(sweep, coords)
+    return simulate_stochastic_cuda(
+        device_key(sweep.seed, cell_key(coords)), [trajectory_index(rng) for rng in rngs],
+        **sphere_cell(coords), value_std=sweep.value_std, T=args["T"], layers=args["layers"],
+        checkpoint_layers=args["checkpoint_layers"], attention=sweep.attention,
+        noise=sweep.noise, value_law=sweep.value_law, eps=args["eps"],
+        stop_when_resolved=sweep.stop_when_resolved, resolved_window=sweep.resolved_window)
 
 
 model = StochasticTransformer()
