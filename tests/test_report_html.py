@@ -202,7 +202,11 @@ def test_index_lists_every_store_and_rewrites_only_stale_reports(reports, stores
     stores = shutil.copytree(stores, tmp_path / "copy")  # mtimes kept: the reports stay fresh
     index = stores / "index.html"
     result = subprocess.run([TOKENSWEEP, "report", "--index", str(stores)], capture_output=True, text=True)
-    assert result.returncode == 0 and result.stdout == f"index: {index}\n", result.stderr
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout.splitlines()  # the index, then each store's claim verdicts
+    assert printed[0] == f"index: {index}" and [line.split(":")[0] for line in printed[1:]] == ["resolved", "rough"]
+    assert all(re.fullmatch(r"\w+: 1 holds, 0 fails, 0 hypothesis not met, 0 not checked", line) or
+               re.fullmatch(r"\w+: 0 holds, 1 fails, 0 hypothesis not met, 0 not checked", line) for line in printed[1:])
     page = index.read_text(encoding="utf-8")
     links = re.findall(r'<a href="([^"]+)">(\w+)</a>', page)
     assert links == [("resolved.report/report.html", "resolved"), ("runs/rough.report/report.html", "rough")]

@@ -89,7 +89,7 @@ def report(
     """Write report.html (self-contained), report.md and the figures; --index DIR: every store's."""
     from ...pipeline.errors import SpecError, StoreError
     from ...pipeline.report import write_report
-    from ...pipeline.report.index import write_index
+    from ...pipeline.report.index import verdict_lines, write_index
     from ...pipeline.store import location
     from ...pipeline.store.cube import open_cube, read_status, stored_sweep
     from ...pipeline.store.layout import DONE
@@ -100,6 +100,8 @@ def report(
     try:
         if index is not None:
             typer.echo(f"index: {write_index(index)}")
+            for line in verdict_lines(index):  # each store's claims: holds, fails, not met, not checked
+                typer.echo(line)
             return
         store = location.normalised(store_path(location.normalised(store)))  # file:// URL: its path
         stored_sweep(store)

@@ -1,7 +1,9 @@
 """The index of many reports: `write_index(DIR)` finds every tokensweep store under DIR, writes the
 report of each that has none or whose store was written since (`location.report_dir(STORE)`, the default
 folder `STORE.report`), and writes DIR/index.html: one row per store with its name, model, cells
-done, agreement summary and warnings, linking its report.html.
+done, agreement summary, the verdict counts of its claims table (`claims_table`) and warnings,
+linking its report.html; `verdict_lines(DIR)` gives the counts as text, one line per store (what
+`tokensweep report --index` prints).
 
 It reads each report's `summary.json` (written by `write_report`), so an index over finished
 stores opens no cube. A store's report is stale when a file of its `status` array (written as
@@ -19,9 +21,10 @@ from ..errors import StoreError
 from ..store import location
 from ..store.cube import open_cube, stored_sweep
 from ..store.provenance import code_version
+from .claims import KINDS
 from .html import render_page
 
-__all__ = ["write_index", "find_stores"]
+__all__ = ["write_index", "find_stores", "verdict_lines"]
 
 
 def find_stores(root) -> list[Path]:
@@ -52,7 +55,8 @@ def _summary(store: Path, level: float) -> dict:
     from .page import write_report
 
     path = location.report_dir(store) / "summary.json"
-    if not path.is_file() or path.stat().st_mtime < _newest_write(store):
+    stale = not path.is_file() or path.stat().st_mtime < _newest_write(store)
+    if stale or "claim_counts" not in json.loads(path.read_text()):  # written before claims tables
         with open_cube(store) as ds:
             write_report(ds, location.report_dir(store), level)
     return json.loads(path.read_text())
@@ -71,7 +75,7 @@ def write_index(root, level: float = 0.95) -> Path:
         entries.append({
             "name": summary["name"], "model": summary["model"], "cells_done": summary["cells_done"],
             "cells": summary["cells"], "agreement": agreement.get("text"),
-            "warnings": summary.get("warnings", []),
+            "warnings": summary.get("warnings", []), "claims": summary.get("claim_counts", {}),
             "href": (location.report_dir(store) / summary.get("html", "report.html")).relative_to(root).as_posix(),
             "store": store.relative_to(root).as_posix()})
     index = root / "index.html"
@@ -79,3 +83,14 @@ def write_index(root, level: float = 0.95) -> Path:
                                  written=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
                      encoding="utf-8")
     return index
+
+
+def verdict_lines(root, level: float = 0.95) -> list[str]:
+    """'NAME: 3 holds, 1 fails, 0 hypothesis not met, 2 not checked' per store under root (the
+    summaries `write_index` keeps up to date)."""
+    lines = []
+    for store in find_stores(Path(root)):
+        summary = _summary(store, level)
+        counts = summary.get("claim_counts", {})
+        lines.append(f"{summary['name']}: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in KINDS))
+    return lines

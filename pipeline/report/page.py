@@ -24,6 +24,7 @@ from ..models import get_model
 from ..plugin import ReportInput
 from .agreement import agreement_summary, agreement_table
 from .caveats import caveats, cells_done, unresolved_fraction
+from .claims_table import check_claims, claims_lines, entry_of, verdict_counts
 from .class_counts import class_count_section
 from .html import render_markdown, render_page
 from .observables import recorded_section
@@ -119,6 +120,8 @@ def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
     head = header_lines(ds, level, t, 0, extra)
     table = agreement_table(ds, level)
     warnings, agreement, origin = caveats(ds, table), agreement_summary(table), provenance(ds)
+    claims = check_claims(report_input)
+    claim_lines = claims_lines(claims, entry_of(sweep.name))
     summary_lines, outside_lines = [], []
     if agreement is not None:
         summary_lines = [f"**Agreement with the closed form**: {agreement.text}." +
@@ -128,7 +131,7 @@ def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
     provenance_lines = ["## Provenance", ""] + [f"- **{k}**: {v}" for k, v in origin["facts"]] + [""]
     report = out / "report.md"
     report.write_text("\n".join(head + [w.markdown + "\n" for w in warnings] + summary_lines + body
-                                 + outside_lines + provenance_lines))
+                                 + claim_lines + outside_lines + provenance_lines))
     unresolved = unresolved_fraction(table)
     p_value = "—" if agreement is None else fmt(agreement.p_value, 3)
     html = out / "report.html"
@@ -136,6 +139,7 @@ def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
         "report.html", name=sweep.name, version=ds.attrs.get("code_version", ""),
         facts=render_markdown("\n".join(head[2:]), out), caveats=warnings, agreement=agreement,
         p_value=p_value, unresolved=unresolved if math.isfinite(unresolved) else None,
+        claims=claims, claim_counts=verdict_counts(claims), claims_note=render_markdown("\n".join(claim_lines[2:3]), out),
         body=render_markdown("\n".join(body), out), provenance=origin), encoding="utf-8")
     done, cells = cells_done(ds)
     summary = out / "summary.json"
@@ -143,5 +147,6 @@ def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
         "name": sweep.name, "model": sweep.model, "cells_done": done, "cells": cells,
         "agreement": None if agreement is None else agreement.as_dict(),
         "unresolved": unresolved if math.isfinite(unresolved) else None,
-        "warnings": [w.title for w in warnings], "html": html.name}, indent=1))
+        "warnings": [w.title for w in warnings], "html": html.name,
+        "claims": [c.as_dict() for c in claims], "claim_counts": verdict_counts(claims)}, indent=1))
     return {"report": str(report), "html": str(html), "summary": str(summary), **figures}

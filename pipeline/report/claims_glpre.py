@@ -1,0 +1,92 @@
+r"""The claims of [GLPR-E] (Geshkovski et al., "The emergence of clusters in self-attention
+dynamics") per catalog entry (`claims`): the flow in R^d's leaders and polytopes (Thm 3.1, Figs. 4-6,
+8), Boolean attention in d = 1 (Thm 2.1) and the collapse of V = -I (Thm C.5). Each statement about
+the final state is judged on every trajectory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..analysis.boolean_rate import rate_table
+from ..analysis.geometry import spread_exponent
+from ..analysis.stats import closed_form as model_form
+from ..analysis.stats import done_finite
+from ..plugin import ReportInput
+from .claims import Claim, cells_claim, not_checked
+from .claims_common import fixed, per_trajectory
+from .tables import fmt
+
+__all__ = ["CLAIMS"]
+
+
+def final(name: str, claim: str, source: str, expected: str, test, what: str, largest_is_worst=True):
+    """A statement about a per-trajectory output at T, judged on every trajectory."""
+    def judge(values):
+        v = values.reshape(values.shape[0], -1)[:, -1]
+        return test(v), v
+    return per_trajectory(claim, source, expected, name, judge, what, largest_is_worst=largest_is_worst)
+
+
+def boolean_slope(report: ReportInput) -> Claim:
+    """Thm 2.1: log(-log D(t)) is a straight line of slope V: the locked trajectories' mean slope's
+    t-interval meets the derived range for the finite window."""
+    claim, source = "P(t) turns Boolean doubly exponentially: log(-log D) has slope V", "[GLPR-E] Thm 2.1"
+    rate = model_form(report.ds, "boolean_rate")
+    table = None if rate is None else rate_table(report.ds, rate, report.level)
+    if table is None:
+        return Claim(claim, source, "—", "slope V", not_checked("no d = 1 cell or too few checkpoints"))
+    ok = ((table.hi >= table.bound_lo) & (table.lo <= table.bound_hi)).values
+    parts = [f"{int(c.n_locked)} of {int(c.n_traj)} locked, slope {fmt(float(c.slope))} "
+             f"[{fmt(float(c.lo))}, {fmt(float(c.hi))}] vs [{fmt(float(c.bound_lo), 3)}, {fmt(float(c.bound_hi), 3)}]"
+             for c in (table.isel(cell=k) for k in range(table.sizes["cell"]))]
+    return cells_claim(claim, source, "the locked trajectories' mean slope (95 % t) meets the derived range",
+                       ok, parts, "cells", "; ".join(parts))
+
+
+def collapse_rate(report: ReportInput) -> Claim:
+    """Thm C.5: V = -I collapses to 0 at the rate t^-1/2: every trajectory's spread exponent
+    log(spread(T) / spread(T/2)) / log 2 lies within 0.05 of -1/2."""
+    ds = report.ds
+    exponent = spread_exponent(ds)
+    keep = done_finite(ds, exponent)
+    values = exponent.values[keep.values]
+    ok = np.abs(values + 0.5) <= 0.05
+    from .claims import every_trajectory
+
+    return every_trajectory("V = -I collapses every token to 0 at the rate t^-1/2", "[GLPR-E] Thm C.5",
+                            "spread exponent over [T/2, T] within 0.05 of -1/2", ok, np.abs(values + 0.5),
+                            "|exponent + 1/2|", worst_fmt=lambda x: f"{x:.3g}")
+
+
+def psi1_mostly_two(report: ReportInput) -> Claim:
+    ds = report.ds
+    values = ds["n_psi1_values"].where(done_finite(ds, ds["n_psi1_values"])).values.ravel()
+    values = values[np.isfinite(values)]
+    from .claims import binomial_claim
+
+    return binomial_claim("mostly 2 parallel lines", "[GLPR-E] Fig. 6", int((values == 2).sum()), values.size,
+                          "more than half of the trajectories", 0.5, 1.0)
+
+
+CLAIMS = {
+    "glpre-polytope": (final("centres_on_hull", "V = I: the rescaled tokens converge to the vertices of a polytope",
+                             "[GLPR-E] Thm 3.1 / Fig. 5", "every cluster centre of z(T) a hull vertex",
+                             lambda v: v.astype(bool), "on hull (0/1)", largest_is_worst=False),),
+    "glpre-fig6": (final("n_psi1_values", "tokens end on 2, at most 3, lines normal to ψ_1", "[GLPR-E] Fig. 6",
+                         "2 or 3 distinct ψ_1 values on every trajectory", lambda v: (v >= 2) & (v <= 3),
+                         "count"), psi1_mostly_two),
+    "glpre-fig8": (fixed("the (x1, x2) projections of z cluster on a polytope", "[GLPR-E] Thm 5.1 / Fig. 8",
+                         "projected centres on the projected hull",
+                         "the cube's hull test uses all of z, not the projection the theorem is about"),),
+    "glpre-boolean-d1": (final("attention_rank", "d = 1: P(t) tends to a Boolean matrix of rank ≤ 3",
+                               "[GLPR-E] Thm 2.1 / Fig. 3", "rank of P(T) ≤ 3 on every trajectory",
+                               lambda v: v <= 3, "rank"), boolean_slope),
+    "glpre-leaders": (final("attention_rank", "leaders: the rank of P(T) is at most 2 (d = 2, V > 0, Q > 0)",
+                            "[GLPR-E] Fig. 4", "rank of P(T) ≤ 2 on every trajectory", lambda v: v <= 2, "rank"),),
+    "glpre-collapse": (collapse_rate,
+                       fixed("sqrt(t) times the rms norm tends to sqrt(d / 2β)", "[GLPR-E] Thm C.5",
+                             "sqrt(d / 2β)", "the cube stores the largest norm (spread), not the rms")),
+    "glpre-heads": (fixed("two-head discrete-time transformer", "[GLPR-E] §6", "—",
+                          "an open question: no theorem; the counts, rank and Booleanness are tabulated"),),
+}
