@@ -14,11 +14,11 @@ exactly those of the device build run by numba-cuda's simulator (NUMBA_ENABLE_CU
 before numba.cuda is first imported), which is how the tests check the device code without a
 GPU. `device_ready()` says whether a launch can run here (a GPU, or the simulator).
 
-Sizes: n from 1 to MAX_TOKENS, d from 2 to MAX_DIM (local arrays are fixed per (n, d): one
-compiled kernel per pair). Options: attention sa / usa / causal_sa, noise gaussian / literal,
-value laws gaussian / rademacher / uniform (literal noise), early stopping. Not on the device:
-Q, K other than the identity, scheme sde, recorded observables, given starts (the spec refuses
-them with `device: cuda`).
+Sizes: n from 1 to MAX_TOKENS, d from 2 to MAX_DIM (local arrays have compile-time shapes: one
+kernel per size class, n and d rounded up to powers of two, `cuda_kernel.capacity`). Options:
+attention sa / usa / causal_sa, noise gaussian / literal, value laws gaussian / rademacher /
+uniform (literal noise), early stopping. Not on the device: Q, K other than the identity, scheme
+sde, recorded observables, given starts (the spec refuses them with `device: cuda`).
 """
 
 from __future__ import annotations
@@ -126,12 +126,12 @@ def simulate_stochastic_cuda(key, trajectories, *, n, d, beta, value_std=1.0, T,
         return out
     from numba import cuda
 
-    from .cuda_kernel import device_kernel
+    from .cuda_kernel import capacity, device_kernel
 
-    kernel = device_kernel(n, d)
+    kernel = device_kernel(capacity(n, 2), capacity(d, 4))
     on_device = {k: cuda.to_device(v) for k, v in out.items()}
     blocks = (trajs.size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
-    kernel[blocks, THREADS_PER_BLOCK](*args, cuda.to_device(trajs), *scalars,
+    kernel[blocks, THREADS_PER_BLOCK](n, d, *args, cuda.to_device(trajs), *scalars,
                                       cuda.to_device(ckpt), cuda.to_device(times), float(eps),
                                       window, *(on_device[k] for k in names))
     return {k: on_device[k].copy_to_host() for k in names}
