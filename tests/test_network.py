@@ -130,7 +130,7 @@ def test_fit_recovers_the_particle_model():
     rng = np.random.default_rng(1)
     truth = particle_curve(layers, 0.1, 2.0, 0.3, 16)
     curves = truth + rng.normal(0, 0.02, (24, layers.size))
-    fit = fit_with_interval(layers, curves, curves[:, 0], 16, resamples=15)
+    fit = fit_with_interval(layers, curves, curves[:, 0], 16, resamples=10)
     assert fit["tau_lo"] <= 0.3 <= fit["tau_hi"] and fit["beta_lo"] <= 2.0 <= fit["beta_hi"], fit
     assert fit["tau_hi"] - fit["tau_lo"] < 0.2
 
@@ -149,9 +149,26 @@ def test_bad_input_is_one_line_naming_the_fix(fields, words):
     assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
+def test_sphere_norm_puts_every_post_norm_output_on_the_sphere():
+    """norm: sphere in BERT (post-LayerNorm): every layer's output rows have norm sqrt(d), and no
+    LayerNorm is left; feed_forward: false zeroes the feed-forward's output projection."""
+    from tokensweep.pipeline.models.network.build import build_network
+
+    net = build_network(spec(architecture="bert", size="tiny", norm="sphere", feed_forward=False), 0, 0.02, 1.0)
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in net.model.modules())
+    assert all(float(p.weight.detach().abs().max()) == 0 for p in net.parts.ff_out)
+    with torch.no_grad():
+        states = net.model(input_ids=torch.arange(6)[None], output_hidden_states=True).hidden_states
+    for h in states:
+        np.testing.assert_allclose(h[0].norm(dim=-1).numpy(), np.sqrt(32), rtol=1e-5)
+
+
 def test_malformed_checkpoint_is_refused(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(SpecError, match="not a readable JSON config"):
+        spec(weights=str(tmp_path), law="pretrained")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", **SIZES["bert"]["tiny"]}))
+    with pytest.raises(SpecError, match="has no model.safetensors or pytorch_model.bin"):
         spec(weights=str(tmp_path), law="pretrained")
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(SpecError, match="model_type 't5' is not one tokensweep runs"):

@@ -80,6 +80,7 @@ SIZES = {
                           vocab_size=30000),
     },
 }
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 SHIPPED_PROMPTS = ("rst_table2", "rst_table3")  # prompts.py: the [RST] papers' text prompts
 
 
@@ -252,6 +253,11 @@ class NetworkSweep(SweepBase):
             raise refuse("architecture", "a checkpoint folder names its own: remove architecture or weights")
         if self.law == "pretrained" and self.weights is None:
             raise refuse("law", "pretrained needs weights: a checkpoint folder or 'minilm'")
+        if self.law == "pretrained":
+            folder = weights_folder(self.weights)
+            if not any((folder / f).is_file() for f in WEIGHT_FILES):
+                raise refuse("weights", f"{folder} has no {' or '.join(WEIGHT_FILES)}: give the folder "
+                              "save_pretrained wrote (or law: random for the config alone)")
         shape = self.shape
         long = [n for n in self.grid.n if n > shape.positions]
         if long:
