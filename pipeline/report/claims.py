@@ -23,7 +23,7 @@ The helpers here turn the usual statistics into a verdict:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -65,6 +65,9 @@ class Claim:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def with_detail(self, detail: str) -> "Claim":
+        return replace(self, detail=detail)
 
 
 def exact_upper(failures: int, n: int, level: float = 0.95) -> float:

@@ -88,15 +88,18 @@ def plateau(stochastic: bool):
         changed = np.diff(counts, axis=1) != 0  # between t[j] and t[j + 1]
         last = t[np.where(changed.any(axis=1), changed.shape[1] - np.argmax(changed[:, ::-1], axis=1), 0)]
         beta = float(ds.beta.values.max())
+        settle = (f"the cluster count's last change (plateau statistic) at β = {beta:g}: median t = "
+                  f"{np.median(last):g}, latest {last.max():g}, of T = {t[-1]:g}; count at T: mean "
+                  f"{counts[:, -1].mean():.3g}")
         if stochastic:
             late = last <= t[-1] / 2
             return binomial_claim(f"no metastable plateau under noise (β = {beta:g}): the cluster count's last "
                                   "change in the first half of [0, T]", source, int(late.sum()), late.size,
-                                  "most trajectories (> 1/2) settle by T/2", 0.5, 1.0)
+                                  "most trajectories (> 1/2) settle by T/2", 0.5, 1.0).with_detail(settle)
         many = counts[:, -1] > 1
         return binomial_claim(f"metastable states persist in the deterministic flow at β = {beta:g}: more than "
                               "one cluster at T", source, int(many.sum()), many.size,
-                              "most trajectories (> 1/2)", 0.5, 1.0)
+                              "most trajectories (> 1/2)", 0.5, 1.0).with_detail(settle)
     return check
 
 
