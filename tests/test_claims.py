@@ -84,6 +84,10 @@ def test_cells_claim_allows_the_misses_chance_gives_at_its_level():
     assert cells_claim("c", "s", "e", ok, range(100)).verdict == HOLDS
     ok[4] = False
     assert cells_claim("c", "s", "e", ok, range(100)).verdict == FAILS
+    # a deterministic bound (an integrator's error) allows no miss at all
+    one = np.ones(100, bool)
+    one[0] = False
+    assert cells_claim("c", "s", "e", one, range(100), chance=False).verdict == FAILS
 
 
 def test_a_scale_of_an_entry_has_its_claims():

@@ -31,7 +31,7 @@ from ..analysis.stats import wilson_interval
 from .tables import fmt
 
 __all__ = ["Claim", "HOLDS", "FAILS", "NOT_MET", "not_checked", "verdict_kind", "every_trajectory",
-           "binomial_claim", "cells_claim", "exact_upper", "CELL_LEVEL", "KINDS"]
+           "binomial_claim", "cells_claim", "exact_upper", "number", "CELL_LEVEL", "KINDS"]
 
 HOLDS, FAILS, NOT_MET = "holds", "fails", "hypothesis not met"
 KINDS = (HOLDS, FAILS, NOT_MET, "not checked")  # the four counts of an index row
@@ -83,8 +83,17 @@ def exact_upper(failures: int, n: int, level: float = 0.95) -> float:
     return 1.0 if failures >= n else float(stats.beta.ppf(level, failures + 1, n - failures))
 
 
+def number(x) -> str:
+    """A count as an integer, any other value as `tables.fmt` writes it.
+
+    >>> number(2.0), number(0.25)
+    ('2', '0.2500')
+    """
+    return str(int(x)) if np.isfinite(x) and float(x).is_integer() else fmt(x)
+
+
 def every_trajectory(claim: str, source: str, expected: str, ok, worst, what: str,
-                     worst_fmt=fmt, largest_is_worst: bool = True) -> Claim:
+                     worst_fmt=number, largest_is_worst: bool = True) -> Claim:
     """Judge a statement on every counted trajectory: `ok` (bool, one per trajectory), `worst`
     (the per-trajectory quantity whose extreme is reported: its largest, or smallest when
     `largest_is_worst` is False), `what` names that quantity."""
@@ -124,16 +133,18 @@ def allowed_misses(m: int, level: float = CELL_LEVEL) -> int:
 
 
 def cells_claim(claim: str, source: str, expected: str, ok, labels, what: str = "cells",
-                extra: str = "") -> Claim:
+                extra: str = "", chance: bool = True) -> Claim:
     """One judgement per cell (`ok`, each at CELL_LEVEL): holds when the cells that miss are no
-    more than chance allows (`allowed_misses`); `labels` name the cells for the detail."""
+    more than chance allows (`allowed_misses`); with `chance` False (a deterministic check: a
+    bound on an integrator's error) none may miss. `labels` name the cells for the detail."""
     ok = np.asarray(ok, bool).ravel()
     m, k = ok.size, int(ok.sum())
     if m == 0:
         return Claim(claim, source, f"no {what}", expected, not_checked(f"no {what} to judge"))
-    allowed = allowed_misses(m)
+    allowed = allowed_misses(m) if chance else 0
     missed = [str(label) for label, good in zip(labels, ok) if not good]
-    detail = (f"each {what[:-1] if what.endswith('s') else what} at {CELL_LEVEL:.0%}; up to {allowed} of {m} "
-              f"may miss by chance") + (f"; missed: {'; '.join(missed[:6])}" if missed else "") + \
+    detail = ((f"each {what[:-1] if what.endswith('s') else what} at {CELL_LEVEL:.0%}; up to {allowed} of {m} "
+               "may miss by chance") if chance else "a deterministic bound: every one must meet it") + \
+        (f"; missed: {'; '.join(missed[:6])}" if missed else "") + \
         (f"{'...' if len(missed) > 6 else ''}") + (f"; {extra}" if extra else "")
     return Claim(claim, source, f"{k} of {m} {what} agree", expected, HOLDS if m - k <= allowed else FAILS, detail)

@@ -97,7 +97,7 @@ def token2(report: ReportInput) -> Claim:
     dims = list(dev.dims)
     return cells_claim(claim, source, f"max |overlap - a(t)| ≤ T h^p = {bound:.2g} over trajectories and t",
                        (dev <= bound).values.ravel(), cell_labels(dev, dims), "cells",
-                       f"largest deviation {float(dev.max()):.2g}")
+                       f"largest deviation {float(dev.max()):.2g}", chance=False)
 
 
 def consensus_to_zero(report: ReportInput) -> Claim:
