@@ -118,5 +118,6 @@ CLAIMS = {
     "rst-causal-identity": (token2,),
     "rst-causal-positive": (thm52,),
     "rst-causal-negative": (thm52,),
-    "rst-random-frequencies": (consensus_to_zero,),
+    "rst-random-frequencies": (non_increasing("consensus_error", "E(t) decreases over t on every trajectory",
+                                              "[RST] Fig. 4"), consensus_to_zero),
 }
