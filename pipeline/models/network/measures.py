@@ -14,7 +14,6 @@ not on a sphere; the cosine is what the papers plot).
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse.csgraph import connected_components
 
 from ....kernels.vocabulary import OutputSpec
 
@@ -55,6 +54,8 @@ def cosines(y: np.ndarray) -> np.ndarray:
 def layer_measures(y: np.ndarray, attention: np.ndarray, *, eps: float, edges: np.ndarray,
                    rank_tol: float) -> dict:
     """The per-layer outputs of tokens y (n x d) and attention weights (heads x n x n)."""
+    from scipy.sparse.csgraph import connected_components  # here: the registry imports OUTPUTS
+
     y = np.asarray(y, dtype=np.float64)
     g = cosines(y)
     pairs = g[np.triu_indices(len(y), 1)]
