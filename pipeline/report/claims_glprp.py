@@ -186,7 +186,7 @@ def merge_front(report: ReportInput) -> Claim:
     if "d" not in rel.dims or rel.sizes["d"] < 2:
         return Claim("the merge front follows t*(β), closer as d grows", "[GLPR-P] Fig. 3", "—", "—",
                      not_checked("one d"))
-    by_d = rel.mean("beta", skipna=True)
+    by_d = rel.mean([dim for dim in rel.dims if dim != "d"], skipna=True)
     closer = bool(by_d.isel(d=-1) < by_d.isel(d=0))
     parts = [f"d = {int(d)}: {fmt(float(v), 3)}" for d, v in zip(by_d.d.values, by_d.values)]
     return Claim("the merge front t_cross(β) follows t*(β), ever closer as d grows", "[GLPR-P] Fig. 3",
@@ -221,6 +221,31 @@ def noise_one_cluster(report: ReportInput) -> Claim:
                           "n_clusters", judge, "cluster count", sel={"sigma": 0.0})(report)
 
 
+def noise_monotone(report: ReportInput) -> Claim:
+    """Problem 7 (as the catalog reads it): clustering falls as sigma grows: per beta and each pair of
+    neighbouring sigma values, the one-cluster fraction at T at the larger sigma is not above the
+    smaller's (their 99 % Wilson intervals compared: higher only when the larger's lower end
+    exceeds the smaller's upper end)."""
+    from ..analysis.stats import wilson_interval
+
+    ds = report.ds
+    sigmas = sorted(float(x) for x in ds.sigma.values)
+    ok, parts = [], []
+    for beta in ds.beta.values:
+        fractions = []
+        for sigma in sigmas:
+            one = trajectories(ds, "n_clusters", {"beta": beta, "sigma": sigma})[:, -1] == 1
+            fractions.append((int(one.sum()), one.size))
+        for (k0, n0), (k1, n1) in zip(fractions, fractions[1:]):
+            lo1 = float(wilson_interval(k1, n1, 0.99)[0])
+            hi0 = float(wilson_interval(k0, n0, 0.99)[1])
+            ok.append(lo1 <= hi0)
+        parts.append(f"β = {beta:g}: " + ", ".join(f"σ = {s:g}: {k}/{n}" for s, (k, n) in zip(sigmas, fractions)))
+    return cells_claim("clustering falls as σ grows: the one-cluster fraction at T does not rise with σ",
+                       "[GLPR-P] Problem 7", "no rise between neighbouring σ beyond the 99 % intervals", ok, parts,
+                       "σ steps", "; ".join(parts))
+
+
 NO_FORM = "no closed form: the figure's picture is the claim"
 CLAIMS = {
     "geshkovski2023-fig1": (overlaps_to_one,),
@@ -239,8 +264,6 @@ CLAIMS = {
     "geshkovski2023-sharp": (sharp,),
     "sphere-flow-hardmax": (fixed("hardmax: clustering with uniform weights on the maximal keys", "[GLPR-P] §9.3",
                                   "clustering over t", "no theorem on these Q, K: drawn, not judged"),),
-    "sphere-flow-noise": (noise_one_cluster,
-                          fixed("clustering falls as σ grows", "[GLPR-P] Problem 7", "monotone in σ",
-                                "an open problem: no statement to judge; the counts are drawn")),
+    "sphere-flow-noise": (noise_one_cluster, noise_monotone),
     "sphere-flow-explicit": (fixed("explicit matrices: a syntax example", "—", "—", "no paper claim"),),
 }
