@@ -112,7 +112,7 @@ def one_cluster_by(t_by: float):
 
         def judge(values):
             return values[:, k] == 1, values[:, k]
-        return per_trajectory(f"one cluster at β = 1 by t = {t_by:g} (deterministic)", "[F26] App. D.2 / Fig. 9",
+        return per_trajectory(f"one cluster at β = 1 by t = {t_by:g} (deterministic; the catalog's reading of Fig. 9 (a))", "[F26] App. D.2 / Fig. 9",
                               f"n_clusters = 1 at t = {t_k:g} on every trajectory", "n_clusters", judge,
                               "cluster count", sel={"beta": 1.0})(report)
     return check
