@@ -92,6 +92,8 @@ def expected_sections(sweep) -> list[str]:
         if sweep.model == "hybrid" and len(sweep.grid.beta) > 1 and len(sweep.grid.sigma) > 1:
             out.append("## Dominant outcome over (beta, sigma)")
         return out
+    if sweep.model == "network":
+        return ["## The network beside its particle model", "## Value spectra per head"]
     if sweep.model == "euclidean_flow":
         out = ["## Geometry at T per cell"]
         if any(model.boolean_rate(sweep, {"beta": b, "d": d}) is not None

@@ -12,6 +12,8 @@ import fingerprints as fp
 import numpy as np
 import pytest
 
+import tokensweep
+
 RECORD = fp.load()
 NAMES = fp.catalog_names()
 KNOWN_CPU = fp.cpu_key() in RECORD["by_cpu"]
@@ -26,10 +28,12 @@ def test_every_catalog_entry_has_fingerprints():
 # literal value matrices, equiangular starts...): 15-60 s each on a cold numba cache
 OWN_COMPILATION = {"geshkovski2023-energy", "fedorov2026-fig6", "geshkovski2023-equiangular",
                    "geshkovski2023-fig5", "fedorov2026-value-laws"}
+# Real networks (torch, transformers, the packaged MiniLM loaded): seconds of import each
+NETWORKS = {entry.name for entry in tokensweep.catalog() if entry.model == "network"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow)
-                                  if name in OWN_COMPILATION else name for name in NAMES])
+                                  if name in OWN_COMPILATION | NETWORKS else name for name in NAMES])
 def test_first_and_last_partitions_heads_unchanged(name):
     outputs = fp.entry_outputs(name, fp.HEAD)
     for label, out in outputs.items():

@@ -57,6 +57,8 @@ MINIMAL = {
     "sphere_flow": {"grid": {"beta": 1.0, "d": 3, "n": 2}},
     "euclidean_flow": {"grid": {"beta": 1.0, "d": 2, "n": 3}},
     "coin": {"grid": {"beta": 1.0, "d": 3, "n": 2}},  # the external model below
+    "network": {"architecture": "gpt2", "size": "tiny", "grid": {"n": 4},
+                "time": {"T": 2.0, "layers": 2, "checkpoints": 2}},
 }
 
 
@@ -130,7 +132,7 @@ def check_simulate_and_sections(model: Model, sweep: SweepBase) -> None:
     rngs = trajectory_rngs(sweep.seed, coords, range(part.traj_start, part.traj_stop))
     outputs = model.simulate(sweep, coords, rngs)
     nt = len(sweep.time.checkpoint_layers)
-    check_outputs(model, outputs, len(rngs), nt)  # exact names, shapes, castable dtypes
+    check_outputs(model, outputs, len(rngs), nt, sweep)  # exact names, shapes, castable dtypes
     for name, out in model.outputs.items():
         value = np.asarray(outputs[name])
         assert value.dtype == np.dtype(out.dtype), f"{name}: returned {value.dtype}, declared {out.dtype}"
@@ -156,7 +158,7 @@ def check_store_and_report(model: Model, sweep: SweepBase, folder: Path) -> str:
     assert (ds.status.values == DONE).all()
     axes = tuple(sweep.axes)
     for name, out in model.outputs.items():
-        dims = (*axes, "t", "traj") if out.per_checkpoint else (*axes, "traj")
+        dims = ((*axes, "t", "traj") if out.per_checkpoint else (*axes, "traj")) + tuple(out.extra_dims)
         assert ds[name].dims == dims, (name, ds[name].dims)
         assert ds[name].attrs["long_name"] == out.long_name
     paths = write_report(ds, folder / "report")

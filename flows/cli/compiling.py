@@ -23,11 +23,13 @@ def kernels_cold(model_name: str) -> bool:
 
     from ...kernels import cache  # noqa: F401 (selects the versioned folder, once)
 
+    sources = kernel_sources(model_name)
+    if not sources and _builtin(model_name):
+        return False  # a built-in plug-in without numba kernels (network: torch runs it)
     folder = Path(numba.config.CACHE_DIR)
     if not folder.is_dir():
         return True
-    sources = kernel_sources(model_name)
-    if not sources:
+    if not sources:  # another package's plug-in: its kernels cannot be told apart
         return not any(folder.iterdir())
     return not any(_cached(folder, source) for source in sources)
 
@@ -49,6 +51,12 @@ def kernel_sources(model_name: str) -> list[Path]:
                 if candidate.exists() and candidate not in found:
                     found.append(candidate)
     return found
+
+
+def _builtin(model_name: str) -> bool:
+    from ...pipeline.models import get_model
+
+    return type(get_model(model_name)).__module__.startswith("tokensweep.")
 
 
 def _cached(folder: Path, source: Path) -> bool:
