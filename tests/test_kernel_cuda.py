@@ -23,7 +23,7 @@ from numba import cuda  # noqa: E402
 
 from tokensweep.kernels.lowlevel import philox  # noqa: E402
 from tokensweep.kernels.stochastic import device_steps  # noqa: E402
-from tokensweep.kernels.stochastic.cuda import simulate_stochastic_cuda  # noqa: E402
+from tokensweep.kernels.stochastic.cuda import simulate_hybrid_cuda, simulate_stochastic_cuda  # noqa: E402
 
 KEY = (0x12345678, 0x9ABCDEF0)
 # Random123's kat_vectors, the three philox4x32 10 lines: counter, key, result
@@ -152,3 +152,16 @@ def test_early_stop_carries_the_resolved_checkpoint():
             first -= 1
         assert out["t_hit"][r] == (np.nan if final == 0 else [0.5, 1.0, 1.5, 2.0][first]) or final == 0
     assert (cls[:, -1] != 0).any()  # something stopped: the test checks a carried state
+
+
+def test_hybrid_model_on_the_device():
+    """The hybrid model (one xi per layer): batch independence, and sigma = 0 is the noiseless
+    attention flow, whose two tokens under SA at beta = 1 always merge (overlap only grows)."""
+    kw = dict(TINY, layers=40, checkpoint_layers=[20, 40], T=8.0, beta=1.0, sigma=0.5)
+    full = simulate_hybrid_cuda(KEY, range(4), **kw)
+    part = simulate_hybrid_cuda(KEY, [3], **kw)
+    for name, values in part.items():
+        np.testing.assert_array_equal(values, full[name][[3]])
+    calm = simulate_hybrid_cuda(KEY, range(4), **dict(kw, sigma=0.0))
+    assert np.all(calm["overlap_min"][:, 1] > calm["overlap_min"][:, 0])
+    assert not np.array_equal(calm["overlap_min"], full["overlap_min"])

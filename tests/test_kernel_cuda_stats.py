@@ -33,7 +33,8 @@ def cpu_kernel(ntraj, **kw):
 
 def test_host_build_equals_the_simulated_device_bit_for_bit():
     for kw in (dict(n=3, d=3, attention="sa"), dict(n=2, d=5, attention="usa", noise="literal",
-                                                      value_law="rademacher")):
+                                                      value_law="rademacher"),
+               dict(n=2, d=3, attention="usa", noise="hybrid", value_std=0.7)):
         kw.update(beta=2.0, T=2.0, layers=6, checkpoint_layers=[3, 6])
         device = simulate_stochastic_cuda(KEY, [0, 9, 4], **kw)
         host = simulate_stochastic_cuda(KEY, [0, 9, 4], target="cpu", **kw)
@@ -73,3 +74,20 @@ def test_three_tokens_classes_agree_with_the_cpu_kernel(kw):
     pairs = [np.sum(out["overlap_min"][:, -1] <= -0.95) for out in (dev, cpu)]
     if sum(pairs):  # (none in either: they agree)
         assert stats.chi2_contingency([pairs, [m - pairs[0], m - pairs[1]]]).pvalue > 1e-3, pairs
+
+
+@pytest.mark.parametrize("attention,sigma", [("usa", 1.2), ("sa", 0.8)])
+def test_hybrid_classes_agree_with_the_cpu_kernel(attention, sigma):
+    """Hybrid model, two tokens, d = 3, beta = 1, T = 10, h = 0.01, 3000 trajectories each: the
+    final classes of the device build and of `kernels/hybrid.py`, chi-square at the 0.1 % level."""
+    from tokensweep.kernels.hybrid import simulate_hybrid
+    from tokensweep.kernels.stochastic.cuda import simulate_hybrid_cuda
+
+    m = 3000
+    kw = dict(n=2, d=3, beta=1.0, sigma=sigma, T=10.0, layers=1000, checkpoint_layers=[500, 1000],
+              attention=attention)
+    dev = simulate_hybrid_cuda(KEY, range(m), target="cpu", **kw)
+    cpu = simulate_hybrid([np.random.default_rng([5, r]) for r in range(m)], **kw)
+    table = np.array([[np.sum(out["cluster_class"][:, -1] == c) for c in (0, 1, 2)] for out in (dev, cpu)])
+    table = table[:, table.sum(axis=0) > 0]
+    assert table.shape[1] >= 2 and stats.chi2_contingency(table).pvalue > 1e-3, table

@@ -1,7 +1,8 @@
 """The deep stochastic transformer on an NVIDIA GPU (numba-cuda): one thread per trajectory.
 
-`simulate_stochastic_cuda(key, trajectories, ...)` runs the device build of
-`stochastic.device_steps` (the CPU kernel's model and scheme, docs/models.md 4.6): each thread
+`simulate_stochastic_cuda(key, trajectories, ...)` (and `simulate_hybrid_cuda`, the hybrid
+model) runs the device build of `stochastic.device_steps` (the CPU kernels' models and schemes,
+docs/models.md 4.6): each thread
 integrates one trajectory in local arrays (x, Ahat, the noise direction, overlaps, R, the layer's
 draws) and writes its outcomes (overlap min / max, class, cluster count per checkpoint; t_hit,
 nonfinite), so only those cross the bus. Its random numbers are Philox blocks keyed by the cell
@@ -37,11 +38,12 @@ MAX_DIM = 64
 THREADS_PER_BLOCK = 64
 ATTENTION_CODES = {"sa": device_steps.SA, "usa": device_steps.USA,
                    "causal_sa": device_steps.CAUSAL_SA}
-NOISE_CODES = {"gaussian": device_steps.GAUSSIAN, "literal": device_steps.LITERAL}
+NOISE_CODES = {"gaussian": device_steps.GAUSSIAN, "literal": device_steps.LITERAL,
+               "hybrid": device_steps.HYBRID}
 LAW_CODES = {"gaussian": 0, "rademacher": 1, "uniform": 2}  # = lowlevel.philox.fill's laws
 SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"
 
-__all__ = ["MAX_DIM", "MAX_TOKENS", "device_ready", "simulate_stochastic_cuda"]
+__all__ = ["MAX_DIM", "MAX_TOKENS", "device_ready", "simulate_hybrid_cuda", "simulate_stochastic_cuda"]
 
 
 def device_ready() -> str | None:
@@ -66,13 +68,13 @@ def _cpu_loop():
     parts = device_steps.build(njit)
     trajectory = parts.trajectory
 
-    def loop(n, d, att, noise, law, k0, k1, trajs, beta, s, sqrt_h, layers, ckpt, times, eps,
+    def loop(n, d, att, noise, law, k0, k1, trajs, beta, s, h, sqrt_h, layers, ckpt, times, eps,
              window, omin, omax, cls, ncl, thit, nonfin):
         size = max(n * d, d * d) + 1
         for r in range(trajs.shape[0]):
             trajectory(np.empty((n, d)), np.empty((n, d)), np.empty((n, d)), np.empty((n, n)),
                        np.zeros((n, n)), np.empty(size), np.empty(n), np.empty(n, np.int64),
-                       n, d, att, noise, law, k0, k1, trajs[r], beta, s, sqrt_h, layers, ckpt,
+                       n, d, att, noise, law, k0, k1, trajs[r], beta, s, h, sqrt_h, layers, ckpt,
                        times, eps, window, omin, omax, cls, ncl, thit, nonfin, r)
 
     return njit(loop)
@@ -95,7 +97,8 @@ def simulate_stochastic_cuda(key, trajectories, *, n, d, beta, value_std=1.0, T,
 
     key: (k0, k1), the cell's Philox key (`lowlevel.philox.device_key`). Returns the arrays of
     `vocabulary.STOCHASTIC_OUTPUTS` as the CPU kernel does. target: "cuda" (a GPU, or
-    numba-cuda's simulator) or "cpu" (the same source by numba.njit on the host).
+    numba-cuda's simulator) or "cpu" (the same source by numba.njit on the host). noise="hybrid"
+    runs the hybrid model with sigma = value_std (`simulate_hybrid_cuda`).
     """
     n, d, layers = int(n), int(d), int(layers)
     if not 1 <= n <= MAX_TOKENS:
@@ -116,7 +119,7 @@ def simulate_stochastic_cuda(key, trajectories, *, n, d, beta, value_std=1.0, T,
     out = _missing_outputs(trajs.size, ckpt.size)
     k0, k1 = (int(k) for k in key)
     args = (ATTENTION_CODES[attention], NOISE_CODES[noise], LAW_CODES[value_law], k0, k1)
-    scalars = (float(beta), float(value_std), float(np.sqrt(h)), layers)
+    scalars = (float(beta), float(value_std), h, float(np.sqrt(h)), layers)
     names = list(out)
     if trajs.size == 0:
         return out
@@ -135,3 +138,15 @@ def simulate_stochastic_cuda(key, trajectories, *, n, d, beta, value_std=1.0, T,
                                       cuda.to_device(ckpt), cuda.to_device(times), float(eps),
                                       window, *(on_device[k] for k in names))
     return {k: on_device[k].copy_to_host() for k in names}
+
+
+def simulate_hybrid_cuda(key, trajectories, *, n, d, beta, sigma, T, layers, checkpoint_layers,
+                         attention="sa", eps=1e-3, stop_when_resolved=False, resolved_window=2,
+                         target="cuda"):
+    """The hybrid noise model (docs/models.md 5) on the device: as `simulate_stochastic_cuda`."""
+    if not (np.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"sigma = {sigma!r}, but the noise level must be finite and >= 0")
+    return simulate_stochastic_cuda(
+        key, trajectories, n=n, d=d, beta=beta, value_std=float(sigma), T=T, layers=layers,
+        checkpoint_layers=checkpoint_layers, attention=attention, noise="hybrid", eps=eps,
+        stop_when_resolved=stop_when_resolved, resolved_window=resolved_window, target=target)

@@ -40,7 +40,7 @@ def device_kernel(ncap: int, dcap: int):
     trajectory = _device_parts().trajectory
     size = max(ncap * dcap, dcap * dcap) + 1
 
-    def kernel(n, d, att, noise, law, k0, k1, trajs, beta, s, sqrt_h, layers, ckpt, times, eps,
+    def kernel(n, d, att, noise, law, k0, k1, trajs, beta, s, h, sqrt_h, layers, ckpt, times, eps,
                window, omin, omax, cls, ncl, thit, nonfin):
         r = cuda.grid(1)
         if r < trajs.shape[0]:
@@ -56,7 +56,7 @@ def device_kernel(ncap: int, dcap: int):
             logscale = cuda.local.array(ncap, np.float64)
             parent = cuda.local.array(ncap, np.int64)
             trajectory(x, a, direction, g, rf, buf, logscale, parent, n, d, att, noise, law, k0,
-                       k1, trajs[r], beta, s, sqrt_h, layers, ckpt, times, eps, window, omin,
+                       k1, trajs[r], beta, s, h, sqrt_h, layers, ckpt, times, eps, window, omin,
                        omax, cls, ncl, thit, nonfin, r)
 
     return cuda.jit(kernel)

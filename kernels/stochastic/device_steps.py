@@ -10,6 +10,9 @@ Outcomes at each checkpoint as `outcomes.record_overlaps` (overlap min / max, cl
 union-find); early stopping and t_hit as `outcomes`. Only the random numbers differ: Philox
 blocks keyed by (seed, cell) with the trajectory in the counter (`lowlevel.philox`), the start
 from blocks 0.., then each layer's normals (or uniforms) from the next blocks in order.
+Noise code HYBRID runs the hybrid noise model instead (docs/models.md 5, `kernels/hybrid.py`):
+x_i <- N(x_i + (h + sigma sqrt(h) xi_k) e^{c_i} Ahat_i), xi_k the first normal of one block per
+layer, sigma passed as s.
 
 Everything is plain Python over scalars and arrays, built by `build(jit)` into device functions
 (numba.cuda.jit(device=True)) or CPU functions (numba.njit) from the same source; the caller
@@ -25,6 +28,7 @@ from ..lowlevel import philox
 
 SA, USA, CAUSAL_SA = 0, 1, 2  # = attention.ATTENTION_CODES
 GAUSSIAN, LITERAL = 0, 1  # noise codes, as `stochastic.general`
+HYBRID = 2  # the hybrid model (docs/models.md 5): one normal xi per layer, s = sigma
 UNRESOLVED, SINGLE, ANTIPODAL = 0, 1, 2  # = vocabulary's cluster classes
 
 
@@ -213,8 +217,8 @@ def finish(ok, times, omin, omax, cls, ncl, thit, nonfin, r, c_stop):
 def make_trajectory(fill, normalize, gram, attention, householder_r, gaussian_values,
                     literal_values, step, record, resolved_for, finish):
     def trajectory(x, a, direction, g, rf, buf, logscale, parent, n, d, att, noise, law, k0, k1,
-                   traj, beta, s, sqrt_h, layers, ckpt, times, eps, window, omin, omax, cls, ncl,
-                   thit, nonfin, r):
+                   traj, beta, s, h, sqrt_h, layers, ckpt, times, eps, window, omin, omax, cls,
+                   ncl, thit, nonfin, r):
         """Trajectory `traj` (its Philox counter) into row r of the outputs."""
         block = fill(buf, n * d, 0, k0, k1, traj, 0)
         ok = True
@@ -223,7 +227,7 @@ def make_trajectory(fill, normalize, gram, attention, householder_r, gaussian_va
                 x[i, k] = buf[i * d + k]
             if ok:
                 ok = normalize(x, i, d)
-        per_layer = min(n, d) * d if noise == GAUSSIAN else d * d
+        per_layer = min(n, d) * d if noise == GAUSSIAN else (1 if noise == HYBRID else d * d)
         c = 0
         c_stop = -1
         for layer in range(layers):
@@ -232,12 +236,15 @@ def make_trajectory(fill, normalize, gram, attention, householder_r, gaussian_va
             block = fill(buf, per_layer, law, k0, k1, traj, block)
             gram(x, g, n, d)
             attention(x, g, a, logscale, n, d, beta, att)
-            if noise == GAUSSIAN:
-                householder_r(a, rf, n, d)
-                gaussian_values(rf, buf, direction, n, d, s)
+            if noise == HYBRID:
+                ok = step(x, a, logscale, n, d, h + s * sqrt_h * buf[0])
             else:
-                literal_values(buf, a, direction, n, d, s)
-            ok = step(x, direction, logscale, n, d, sqrt_h)
+                if noise == GAUSSIAN:
+                    householder_r(a, rf, n, d)
+                    gaussian_values(rf, buf, direction, n, d, s)
+                else:
+                    literal_values(buf, a, direction, n, d, s)
+                ok = step(x, direction, logscale, n, d, sqrt_h)
             if ok and layer + 1 == ckpt[c]:
                 gram(x, g, n, d)
                 record(g, parent, n, eps, omin, omax, cls, ncl, r, c)

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
 from ..plugin import Model
 from ..spec.base import Grid, nonnegative_axis
+from ..spec.device import DeviceSweep, refuse_on_device
 from ..spec.recording import RecordingSweep, record_arguments
 from ..spec.starts import Start, StartSweep, initial_overlap
 from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells
@@ -31,8 +32,9 @@ class HybridGrid(Grid):
         return nonnegative_axis(values, "sigma")
 
 
-class HybridSweep(RecordingSweep, StartSweep):
-    """Hybrid noise model [F26, Prop. 1]: x_i <- N(x_i + h A_i + sigma sqrt(h) xi_k A_i)."""
+class HybridSweep(DeviceSweep, RecordingSweep, StartSweep):
+    """Hybrid noise model [F26, Prop. 1]: x_i <- N(x_i + h A_i + sigma sqrt(h) xi_k A_i).
+    `device: cuda` runs it on a GPU (docs/models.md 4.6)."""
 
     model: Literal["hybrid"]
     attention: Literal[vocabulary.HYBRID_ATTENTIONS] = "sa"
@@ -42,6 +44,12 @@ class HybridSweep(RecordingSweep, StartSweep):
     resolved_window: int = Field(default=2, ge=1)
     threads: int = Field(default=1, ge=1)
     init: Start = Start()  # initial condition (pipeline/spec/starts.py)
+
+    @model_validator(mode="after")
+    def _on_device(self):
+        refuse_on_device(self, {"record": bool(self.record) and "recording observables",
+                                "init": self.init != Start() and "a start other than uniform"})
+        return self
 
     def canonical(self) -> dict:
         """As SweepBase's, without `threads`: it changes how a partition runs, not its numbers."""
@@ -56,6 +64,17 @@ class Hybrid(Model):
     outputs = vocabulary.HYBRID_OUTPUTS
 
     def simulate(self, sweep, coords, rngs):
+        if sweep.device == "cuda":  # kernels/stochastic/cuda.py (docs/models.md 4.6)
+            from ...kernels.lowlevel.philox import device_key
+            from ...kernels.stochastic.cuda import simulate_hybrid_cuda
+            from ..seeds import cell_key
+            from ..spec.starts import trajectory_index
+
+            return simulate_hybrid_cuda(
+                device_key(sweep.seed, cell_key(coords)), [trajectory_index(g) for g in rngs],
+                **sphere_cell(coords), sigma=float(coords["sigma"]), attention=sweep.attention,
+                stop_when_resolved=sweep.stop_when_resolved, resolved_window=sweep.resolved_window,
+                **time_arguments(sweep))
         from ...kernels.hybrid import simulate_hybrid
 
         return simulate_hybrid(rngs, **sphere_cell(coords), sigma=float(coords["sigma"]),
