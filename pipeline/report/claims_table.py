@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..plugin import ReportInput
+from ..spec.scales import SCALES
 from .claims import KINDS, Claim, not_checked, verdict_kind
 from .claims_common import closed_form
 from .claims_f26 import CLAIMS as F26
@@ -31,15 +32,17 @@ GENERIC = closed_form("P(antipodal) per cell equals the model's closed form", "t
 
 def entry_of(name: str) -> str | None:
     """The catalog entry whose claims a sweep of this name checks: the name, or the name less a
-    scale suffix ('fedorov2026-fig3-paper' -> 'fedorov2026-fig3'); None for any other sweep.
+    scale suffix (`spec.scales.SCALES`: 'fedorov2026-fig3-paper' -> 'fedorov2026-fig3'); None for any other sweep.
 
     >>> entry_of("fedorov2026-fig3-paper"), entry_of("fedorov2026-fig3"), entry_of("mine")
     ('fedorov2026-fig3', 'fedorov2026-fig3', None)
+    >>> entry_of("geshkovski2023-fig1-minilm") is None  # another entry, not a scale of fig1
+    True
     """
     if name in REGISTRY:
         return name
-    stem = name.rsplit("-", 1)[0]
-    return stem if "-" in name and stem in REGISTRY else None
+    stem, _, scale = name.rpartition("-")
+    return stem if scale in SCALES and stem in REGISTRY else None
 
 
 def check_claims(report: ReportInput) -> list[Claim]:
