@@ -4,8 +4,7 @@ Every way a sweep starts goes through `prepare_sweep` before anything is compute
 `tokensweep run` (the CLI), ``tokensweep.run`` (the Python API), the Prefect flow itself (so a
 run launched from the UI or `tokensweep serve` is checked the same way) and `plan`. It checks,
 in order: the spec (a YAML path or catalog name, plain data or a parsed spec, at `scale`), the
-size its store would reach (`spec.check_store_size`: TOKENSWEEP_MAX_STORE_GIB), for `device:
-cuda` a GPU or numba-cuda's simulator (`check_device`), the store's path
+size its store would reach (`spec.check_store_size`: TOKENSWEEP_MAX_STORE_GIB), the store's path
 (a folder one can write in, or a URL that answers), what an existing store holds (it keeps its
 partitioning unless one is given; it may only grow; a remote store never grows; a damaged store
 or one that lacks an output its model records now is refused) and, unless `check_lock=False`,
@@ -23,7 +22,7 @@ from .spec.load import check_store_size, parse_sweep, read_spec, spec_at_scale
 from .store import location
 from .store.lock import describe_lock
 
-__all__ = ["check_device", "prepare_sweep", "store_target", "check_store_path", "refuse_if_locked"]
+__all__ = ["prepare_sweep", "store_target", "check_store_path", "refuse_if_locked"]
 
 
 def prepare_sweep(spec, *, scale: str | None = None, store: str | Path | None = None,
@@ -35,7 +34,6 @@ def prepare_sweep(spec, *, scale: str | None = None, store: str | Path | None = 
     store = None if store is None else str(store)
     sweep = parse_sweep(data, store=store, partition_traj=partition_traj)
     check_store_size(sweep)
-    check_device(sweep)
     path = store_target(sweep.store)
     check_store_path(path)
     if location.holds_anything(path):
@@ -55,18 +53,6 @@ def prepare_sweep(spec, *, scale: str | None = None, store: str | Path | None = 
     if check_lock:
         refuse_if_locked(path)
     return sweep
-
-
-def check_device(sweep: SweepBase) -> None:
-    """SpecError (one line naming the fix) when the spec asks for `device: cuda` and this
-    machine has neither a CUDA GPU nor numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1)."""
-    if getattr(sweep, "device", "cpu") != "cuda":
-        return
-    from ..kernels.stochastic.cuda import device_ready
-
-    problem = device_ready()
-    if problem:
-        raise SpecError(problem)
 
 
 def _spec_data(spec, scale: str | None, store) -> tuple[dict, str | Path | None]:

@@ -1,6 +1,6 @@
 """`device: cuda` in a spec, without a GPU: the whole path (spec -> partition -> cube -> report)
-under numba-cuda's simulator, the stored spec, and the pre-run check's refusal when neither a GPU
-nor the simulator is there. NUMBA_ENABLE_CUDASIM: as tests/test_kernel_cuda.py.
+under numba-cuda's simulator, the stored spec, and `tokensweep run`'s refusal on local workers
+(the model's local_problem) when neither a GPU nor the simulator is there. NUMBA_ENABLE_CUDASIM: as tests/test_kernel_cuda.py.
 """
 
 from __future__ import annotations

@@ -63,6 +63,14 @@ class Hybrid(Model):
     spec = HybridSweep
     outputs = vocabulary.HYBRID_OUTPUTS
 
+    def local_problem(self, sweep):
+        """device: cuda where this machine has neither a CUDA GPU nor numba-cuda's simulator."""
+        if sweep.device != "cuda":
+            return None
+        from ...kernels.stochastic.cuda import device_ready
+
+        return device_ready()
+
     def simulate(self, sweep, coords, rngs):
         if sweep.device == "cuda":  # kernels/stochastic/cuda.py (docs/models.md 4.6)
             from ...kernels.lowlevel.philox import device_key

@@ -161,6 +161,14 @@ class StochasticTransformer(Model):
     outputs = vocabulary.STOCHASTIC_OUTPUTS
     report_facts = ("scheme", "noise", "value_law", "qk")  # which variant ran (docs/models.md 4.4)
 
+    def local_problem(self, sweep):
+        """device: cuda where this machine has neither a CUDA GPU nor numba-cuda's simulator."""
+        if sweep.device != "cuda":
+            return None
+        from ...kernels.stochastic.cuda import device_ready
+
+        return device_ready()
+
     def simulate(self, sweep, coords, rngs):
         if sweep.device == "cuda":
             return simulate_on_device(sweep, coords, rngs)
