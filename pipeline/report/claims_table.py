@@ -58,7 +58,8 @@ def check_claims(report: ReportInput) -> list[Claim]:
                              not_checked(f"its check raised {type(err).__name__}: {err}")))
     if entry is None and out[0].verdict.startswith("not checked"):
         out = [Claim("no claim declared for this sweep", "—", "—", "—",
-                     not_checked("not a catalog entry, and no closed form to compare"))]
+                     not_checked("no claims declared for it (pipeline/report/claims_*.py), and no closed "
+                                 "form to compare"))]
     return out
 
 
@@ -76,7 +77,7 @@ def claims_lines(claims: list[Claim], entry: str | None) -> list[str]:
     """The markdown section: the counts, then one row per claim."""
     counts = verdict_counts(claims)
     summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
-    whose = f"catalog entry `{entry}`" if entry else "this sweep (no catalog entry)"
+    whose = f"catalog entry `{entry}`" if entry else "this sweep (no claims declared for its name)"
     lines = ["## Claims checked", "",
              f"Each claim of {whose}, judged on this cube: {summary}. A claim made for every trajectory "
              "is judged on every trajectory; a theorem's hypotheses are checked on the cube's own starts "
