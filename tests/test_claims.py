@@ -32,7 +32,7 @@ from tokensweep.pipeline.report.claims import (
     exact_upper,
 )
 from tokensweep.pipeline.report.claims_table import check_claims, entry_of
-from tokensweep.pipeline.report.index import verdict_lines
+from tokensweep.pipeline.report.index import verdict_lines, write_index
 from tokensweep.pipeline.spec.load import parse_sweep, read_spec
 from tokensweep.pipeline.store.cube import open_cube
 from tokensweep.pipeline.store.lifecycle import prepare_store
@@ -157,6 +157,9 @@ def test_the_claims_table_is_on_the_page_in_the_summary_and_counted_by_the_index
     assert page.count('class="claim"') == len(verdicts) and 'data-verdict="fails"' in page
     assert "| fails |" in Path(paths["report"]).read_text()
     counts = summary["claim_counts"]
+    index = write_index(tmp_path).read_text()  # the summary is fresh: no second report
+    assert (f'class="claims"><span class="ok">{counts["holds"]}</span> / <span class="bad">{counts["fails"]}</span> / '
+            f'{counts["hypothesis not met"]} / {counts["not checked"]}</td>') in index
     assert verdict_lines(tmp_path) == [f"geshkovski2023-energy: {counts['holds']} holds, {counts['fails']} fails, "
                                        f"{counts['hypothesis not met']} hypothesis not met, "
                                        f"{counts['not checked']} not checked"]
