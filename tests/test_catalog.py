@@ -9,6 +9,7 @@ times of catalog/README.md.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -151,6 +152,8 @@ def test_small_entry_runs_and_reports(name, dask_cluster, tmp_path, monkeypatch)
         assert f"({Path(path).name})" in text, (name, figure)
     page = Path(paths["html"]).read_text()  # the self-contained page embeds every figure
     assert page.count('src="data:image/png;base64,') >= len(figures) > 0, name
+    claims = json.loads(Path(paths["summary"]).read_text())["claims"]  # its claims table, every check run
+    assert claims and not any("raised" in c["verdict"] for c in claims), (name, claims)
     if "## Chi-square summary" in expected_sections(sweep):  # the agreement with the closed form
         assert re.search(r"\| theory \| z \|.*\| agrees \(", text), f"{name}: no agreement table"
         cells = re.search(r"sum z\^2 = [\d.]+ over (\d+) cells \(dof = \d+\), p-value = (\S+)\.", text)
