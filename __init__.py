@@ -100,6 +100,13 @@ def run(spec, store=None, workers=None, scheduler=None, progress=True, scale=Non
     from .pipeline.prepare import prepare_sweep
 
     sweep = prepare_sweep(spec, scale=scale, store=store)
+    if scheduler is None:  # local workers have what this machine has (a GPU or not), as on the CLI
+        from .pipeline.errors import SpecError
+        from .pipeline.models import get_model
+
+        problem = get_model(sweep.model).local_problem(sweep)
+        if problem:
+            raise SpecError(problem)
     summary = run_in_child(sweep, workers=workers, scheduler=scheduler, progress=progress)
     if progress:
         print(f"computed {summary['computed']} of {summary['partitions']} partitions into {sweep.store}")

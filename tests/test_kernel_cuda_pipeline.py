@@ -100,3 +100,20 @@ def test_without_gpu_or_simulator_run_exits_2_with_one_line(tmp_path):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "device: cuda" in lines[0] and "NUMBA_ENABLE_CUDASIM=1" in lines[0]
     assert not (tmp_path / "never.zarr").exists()
+
+
+@pytest.mark.slow  # a fresh interpreter, as above
+def test_without_gpu_or_simulator_the_python_api_refuses_before_any_compute(tmp_path):
+    """`tokensweep.run` applies the CLI's limit: local workers cannot run a cuda spec here."""
+    code = ("import json, sys, tokensweep\n"
+            "from tokensweep.pipeline.errors import SpecError\n"
+            "try:\n"
+            f"    tokensweep.run({dict(CUDA, store=str(tmp_path / 'never.zarr'))!r}, progress=False)\n"
+            "except SpecError as err:\n"
+            "    print(err); sys.exit(2)\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "device: cuda" in out.stdout and "NUMBA_ENABLE_CUDASIM=1" in out.stdout
+    assert not (tmp_path / "never.zarr").exists()
