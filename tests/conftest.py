@@ -36,6 +36,12 @@ import yaml
 # test talks to is started by the test session.
 os.environ["TOKENSWEEP_HOME"] = tempfile.mkdtemp(prefix="tokensweep-home-")
 
+# The device kernels (kernels/stochastic/cuda.py) run in numba-cuda's simulator, unless the
+# environment says otherwise (NUMBA_ENABLE_CUDASIM=0 on a machine with a GPU). Set for the whole
+# session before numba is imported: numba re-reads every setting from the environment when a
+# NUMBA_ variable changes, which would reset the kernels' versioned cache folder (kernels/cache.py)
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
 # The quick tier checks logic in this process; a test that needs a server or a cluster (each
 # starts processes of its own) belongs to the slow tier, whichever file it sits in.
 SERVER_FIXTURES = {"prefect_server", "dask_client", "dask_cluster"}

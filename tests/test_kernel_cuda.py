@@ -1,9 +1,9 @@
 """The device kernels (numba-cuda) without a GPU: numba-cuda's simulator runs them as Python.
 
-NUMBA_ENABLE_CUDASIM is read once, when numba.cuda is first imported; this module sets it (unless
-the environment already has it: on a machine with a GPU, NUMBA_ENABLE_CUDASIM=0 runs these same
-tests on the device) before anything imports numba.cuda. No other test imports numba.cuda, so
-the variable changes nothing else in a shared pytest process. Sizes are tiny: the simulator runs
+NUMBA_ENABLE_CUDASIM is read when numba is imported; tests/conftest.py sets it for the whole
+session (unless the environment already has it: on a machine with a GPU, NUMBA_ENABLE_CUDASIM=0
+runs these same tests on the device) before anything imports numba: set later, numba would
+re-read all its settings and lose the kernels' cache folder. No other test uses numba.cuda. Sizes are tiny: the simulator runs
 about 3 ms per trajectory-step. Statistics at scale: test_kernel_cuda_stats.py.
 """
 
