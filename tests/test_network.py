@@ -173,3 +173,25 @@ def test_malformed_checkpoint_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(SpecError, match="model_type 't5' is not one tokensweep runs"):
         spec(weights=str(tmp_path), law="pretrained")
+
+
+def test_value_spectra_table_counts_and_means_the_cube_holds():
+    """The report's spectra table ([GLPR-E] Fig. 10) reads the first cell's first weight draw:
+    heads split by a real positive, real negative or complex leading eigenvalue, with their mean
+    modulus gap and mean |lambda_1|, as the cube holds them."""
+    import xarray as xr
+
+    from tokensweep.pipeline.report.network import spectra_lines
+
+    re_, im = np.array([2.0, 1.0, -3.0, 0.5]), np.array([0.0, 0.0, 0.0, 0.5])
+    gap = np.array([0.2, 0.4, 0.1, 0.3])
+    other = np.full(4, 9.0)  # a second cell and prompt the table must not read
+    ds = xr.Dataset({name: (("n", "traj", "head"), np.array([[first, other], [other, other]]))
+                     for name, first in (("value_lead_re", re_), ("value_lead_im", im), ("value_gap", gap))},
+                    coords={"n": [4, 8]})
+    rows = {line.split(" | ")[0].strip("| "): line.strip("| ").split(" | ")[1:]
+            for line in "\n".join(spectra_lines(ds)).splitlines()
+            if line.startswith("| real") or line.startswith("| complex")}
+    assert rows == {"real, positive": ["2", "0.300", "1.500"], "real, negative": ["1", "0.100", "3.000"],
+                    "complex pair": ["1", "0.300", f"{np.hypot(0.5, 0.5):.3f}"]}
+    assert "4 heads" in spectra_lines(ds)[2]
