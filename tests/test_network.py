@@ -142,6 +142,8 @@ def test_fit_recovers_the_particle_model():
     ({"architecture": "gpt2", "size": "huge"}, "size 'huge' is not a preset"),
     ({"architecture": "gpt2", "size": "tiny", "law": "pretrained"}, "pretrained needs weights"),
     ({"architecture": "gpt2", "size": "tiny", "prompts": "rst_table2"}, "text prompts need a tokenizer"),
+    ({"architecture": "gpt2", "size": "tiny", "decode_passes": [5, 1]}, "decode_passes: got [5, 1]: give"),
+    ({"architecture": "gpt2", "size": "tiny", "passes": 2, "decode_passes": [3]}, "decode_passes: none of [3]"),
 ])
 def test_bad_input_is_one_line_naming_the_fix(fields, words):
     with pytest.raises(SpecError) as err:
@@ -195,3 +197,61 @@ def test_value_spectra_table_counts_and_means_the_cube_holds():
     assert rows == {"real, positive": ["2", "0.300", "1.500"], "real, negative": ["1", "0.100", "3.000"],
                     "complex pair": ["1", "0.300", f"{np.hypot(0.5, 0.5):.3f}"]}
     assert "4 heads" in spectra_lines(ds)[2]
+
+
+def test_decoded_tokens_are_gpt2_lm_heads_argmax(checkpoints):
+    """[RST] Table 3 on a GPT-2 checkpoint: pass 0 is the prompt; pass 1's ids are
+    GPT2LMHeadModel's own logits' argmax; pass 2's are its argmax on pass 1's final hidden state
+    (after ln_f, as fed back) given as inputs_embeds."""
+    from tokensweep.pipeline.models.network.forward import prompt_ids
+
+    sweep = spec(weights=str(checkpoints["gpt2"]), law="pretrained", passes=2, trajectories=2)
+    assert sweep.kept_decode_passes == (0, 1)  # the default's passes up to 2
+    sweep = spec(weights=str(checkpoints["gpt2"]), law="pretrained", passes=2, trajectories=2,
+                 decode_passes=[0, 1, 2])
+    out = simulate(sweep, range(2))
+    lm = transformers.GPT2LMHeadModel.from_pretrained(checkpoints["gpt2"]).eval()
+    for j, ids in enumerate(prompt_ids(sweep, 6, trajectory_rngs(sweep.seed, CELL, range(2)), None)):
+        with torch.no_grad():
+            first = lm(input_ids=torch.as_tensor(ids[None]), output_hidden_states=True)
+            second = lm(inputs_embeds=first.hidden_states[-1])
+        np.testing.assert_array_equal(out["decoded"][j, 0], ids)
+        np.testing.assert_array_equal(out["decoded"][j, 1], first.logits[0].argmax(-1).numpy())
+        np.testing.assert_array_equal(out["decoded"][j, 2], second.logits[0].argmax(-1).numpy())
+    assert out["decoded"].dtype == np.int32 and out["decoded"].shape == (2, 3, 6)
+
+
+def test_nearest_embedding_decodes_the_input_embeddings_to_their_ids(checkpoints):
+    """An encoder without a head (BERT) decodes a hidden state to the nearest input word embedding:
+    the embeddings of the prompt's ids decode back to those ids; the plug-in uses that method."""
+    from tokensweep.pipeline.models.network.decode import decode_method, nearest_embedding
+
+    model = transformers.AutoModel.from_pretrained(checkpoints["bert"])
+    table = model.get_input_embeddings().weight.detach()
+    ids = torch.as_tensor([5, 999, 1, 17, 17, 512])  # not 0: BERT's padding embedding is zero
+    np.testing.assert_array_equal(nearest_embedding(table[ids] * 3.0, table).numpy(), ids.numpy())
+    assert decode_method("bert") == "nearest_embedding" and decode_method("gpt_neo") == "lm_head"
+    out = simulate(spec(weights=str(checkpoints["bert"]), law="pretrained", passes=1, trajectories=1), range(1))
+    assert out["decoded"].shape == (1, 2, 6) and ((out["decoded"] >= 0) & (out["decoded"] < 1000)).all()
+
+
+def test_decoded_table_shows_the_cubes_tokens():
+    """The report's Table 3 reads the first cell's first prompt: its first tokens per decoded pass
+    (ids as #id without a tokenizer, words with the packaged MiniLM's), and the mean number of
+    distinct tokens over the cell's prompts; -1 (past a shorter prompt) is not a token."""
+    import xarray as xr
+
+    from tokensweep.pipeline.models.network.spec import packaged_folder
+    from tokensweep.pipeline.report.network_tokens import decoded_rows, load_tokenizer
+
+    first = [[101, 7592, 2088, -1], [2088, 2088, 2088, -1]]  # cell n = 3 (padded to 4), prompt 0
+    other = [[1, 2, 3, -1], [5, 6, 5, -1]]
+    ds = xr.Dataset({"decoded": (("n", "traj", "decode_pass", "position"),
+                                 np.array([[first, other], [other, other]]))}, coords={"n": [3, 4]})
+    assert decoded_rows(ds, (0, 7), None) == [["0 (prompt)", "#101 #7592 #2088", "3.0 of 3"],
+                                               ["7", "#2088 #2088 #2088", "1.5 of 3"]]
+    tokenizer, why = load_tokenizer(spec(architecture="gpt2", size="tiny"))
+    assert tokenizer is None and "no tokenizer" in why
+    if packaged_folder("minilm") is not None:
+        tokenizer, _ = load_tokenizer(spec(architecture="gpt2", size="tiny", tokenizer="minilm"))
+        assert decoded_rows(ds, (0, 7), tokenizer, shown=2)[0][1] == "[CLS] hello"

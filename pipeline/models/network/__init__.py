@@ -41,8 +41,9 @@ class Network(Model):
 
     def sections(self, sweep):
         from ...report.network import network_section  # matplotlib, scipy: where a report is drawn
+        from ...report.network_tokens import decoded_section
 
-        return [network_section]
+        return [network_section, decoded_section]
 
 
 model = Network()

@@ -5,7 +5,8 @@ layer, before any final LayerNorm), the attention weights from `transformers`' o
 A pass after the first feeds the last layer's output back as `inputs_embeds` (the embedding layer
 then adds its position embeddings again, as the [RST] scripts' calls do), after the final
 LayerNorm where the model has one and `final_norm_between_passes` is set. Every prompt runs alone
-(batch of one), so its numbers do not depend on which prompts share its partition.
+(batch of one), so its numbers do not depend on which prompts share its partition. After each pass
+in `decode_passes` the last layer's output is decoded to token ids (`decode`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .build import build_network, draw, value_matrices
+from .decode import decode_ids
 from .measures import OUTPUTS, layer_measures, start_overlap, value_spectra
 from .prompts import prompt_lines, random_prompt, text_prompt, trajectory_index
 from .spec import NetworkSweep, weights_folder
@@ -51,6 +53,10 @@ def simulate_network(sweep: NetworkSweep, coords: dict, rngs: list) -> dict[str,
     out.update({k: np.broadcast_to(v, (ntraj, v.size)).copy() for k, v in spectra.items()})
 
     ids = prompt_ids(sweep, n, rngs, net.transformers.AutoTokenizer.from_pretrained)
+    decoded = {p: k for k, p in enumerate(sweep.kept_decode_passes)}  # pass -> index in `decoded`
+    out["decoded"] = np.full((ntraj, len(decoded), max(sweep.grid.n)), -1, dtype=np.int32)
+    if 0 in decoded:
+        out["decoded"][:, decoded[0], :n] = ids
     caught: list = []
     hooks = [layer.register_forward_hook(lambda _m, _a, o: caught.append(o[0] if isinstance(o, tuple) else o))
              for layer in dict.fromkeys(parts.layers)]
@@ -77,6 +83,8 @@ def simulate_network(sweep: NetworkSweep, coords: dict, rngs: list) -> dict[str,
                         for name, value in m.items():
                             out[name][j, k] = value
                     last = caught[layers - 1]
+                    if p + 1 in decoded:
+                        out["decoded"][j, decoded[p + 1], :n] = decode_ids(net, last[0])
                     if sweep.final_norm_between_passes and parts.final is not None:
                         last = parts.final(last)
                     states[j] = last

@@ -42,6 +42,9 @@ OUTPUTS = {
                                 extra_dims=("head",)),
     "value_gap": OutputSpec(False, "float32", "modulus gap 1 - |lambda_2| / |lambda_1| of the head's value "
                             "matrix", "1", extra_dims=("head",)),
+    "decoded": OutputSpec(False, "int32", "token id the final hidden state decodes to after the pass "
+                          "(decode_passes; 0: the prompt) at each position ([RST] Table 3; `decode`); -1 past "
+                          "the prompt", "1", missing=-1, extra_dims=("decode_pass", "position")),
 }
 
 

