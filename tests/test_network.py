@@ -255,3 +255,61 @@ def test_decoded_table_shows_the_cubes_tokens():
     if packaged_folder("minilm") is not None:
         tokenizer, _ = load_tokenizer(spec(architecture="gpt2", size="tiny", tokenizer="minilm"))
         assert decoded_rows(ds, (0, 7), tokenizer, shown=2)[0][1] == "[CLS] hello"
+
+
+def test_equiangular_starts_and_the_clock_match():
+    """The stochastic transformer's starts have every pairwise cosine gamma0; the clock match
+    recovers the time scale of a curve that is the simulated one on another clock."""
+    from tokensweep.pipeline.models.network.stochastic import equiangular_starts, match_clock
+
+    x = equiangular_starts(np.random.default_rng(0), 3, 5, 8, 0.3)
+    for k in range(3):
+        g = x[k] @ x[k].T
+        np.testing.assert_allclose(np.diag(g), 1.0, atol=1e-12)
+        np.testing.assert_allclose(g[np.triu_indices(5, 1)], 0.3, atol=1e-12)
+    sim_t = np.linspace(0, 2.0, 401)
+    layers = np.arange(0, 21, dtype=float)
+    clock, rms = match_clock(layers, 1 - 0.7 * np.exp(-3 * 0.05 * layers), sim_t, 1 - 0.7 * np.exp(-3 * sim_t))
+    assert abs(clock - 0.05) < 0.05 * 0.02 and rms < 1e-3
+
+
+def test_random_weights_beside_the_stochastic_transformer_table():
+    """The section's row shows what `beside_stochastic` computed for the cell: the fitted beta,
+    beta_c(d) of the width, the network's fraction of pairs below -0.9 at the last checkpoint (from
+    the histogram: 3 of 4 prompts x 45 pairs hold one such pair here), the closed form
+    P(antipodal | rho0) at that beta and d, and the verdict (no pair near -1: not on the antipodal side);
+    a pretrained cube gets no section."""
+    import re
+
+    import xarray as xr
+
+    from tokensweep.pipeline.plugin import ReportInput
+    from tokensweep.pipeline.report.network_theory import (
+        beside_stochastic,
+        near_minus_one,
+        stochastic_section,
+        table_rows,
+    )
+    from tokensweep.pipeline.theory import antipodal_probability_given_overlap, beta_c
+
+    sweep = spec(architecture="gpt2", size="tiny", passes=2, grid={"n": 10})  # d = 32, 4 layers
+    t = np.arange(1.0, 5.0)
+    mean = np.array([0.2, 0.35, 0.5, 0.6]) + np.array([[0.0], [0.01], [-0.01], [0.02]])
+    hist = np.zeros((4, 4, 20), dtype=np.int32)
+    hist[..., 10] = 45
+    hist[:3, -1, 10], hist[:3, -1, 0] = 44, 1  # prompts 0-2 end with one pair below -0.9
+    ds = xr.Dataset({"mean_overlap": (("n", "traj", "t"), mean[None]),
+                     "start_overlap": (("n", "traj"), np.full((1, 4), 0.1)),
+                     "overlap_hist": (("n", "traj", "t", "bin"), hist[None])},
+                    coords={"n": [10], "t": t, "bin": np.linspace(-0.95, 0.95, 20)})
+    assert near_minus_one(hist[:, -1], np.linspace(-1, 1, 21)) == (3 / 180, -0.9)
+    row = beside_stochastic(ds, sweep, {"n": 0})
+    assert row["network_near"] == 3 / 180 and row["beta_c"] == float(beta_c(32))
+    assert row["closed_form"] == float(antipodal_probability_given_overlap(0.1, row["beta"], 32))
+    assert row["sim"]["mean_overlap"][0] == pytest.approx(0.1) and row["rms"] < 0.1
+    cells = table_rows([row], ["cell"])[0]
+    assert cells[1:8] == [f"{row['beta']:.3f}", f"{row['beta_c']:.3f}", f"{row['clock']:.4f}", f"{row['rms']:.3f}",
+                          "0.0167", f"{row['sim_near']:.4f}", f"{row['closed_form']:.4f}"]
+    assert re.match(r"yes; -1 (attracts|does not attract) at this beta", cells[8])
+    assert table_rows([{**row, "network_near": 0.0}], ["cell"])[0][8].startswith("no; ")
+    assert stochastic_section(ReportInput(ds, sweep.model_copy(update={"law": "pretrained"}), None)).lines == []

@@ -41,9 +41,10 @@ class Network(Model):
 
     def sections(self, sweep):
         from ...report.network import network_section  # matplotlib, scipy: where a report is drawn
+        from ...report.network_theory import stochastic_section
         from ...report.network_tokens import decoded_section
 
-        return [network_section, decoded_section]
+        return [network_section, stochastic_section, decoded_section]
 
 
 model = Network()
