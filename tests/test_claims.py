@@ -93,7 +93,7 @@ def test_cells_claim_allows_the_misses_chance_gives_at_its_level():
 def test_a_scale_of_an_entry_has_its_claims():
     assert entry_of("geshkovski2023-sharp-paper") == "geshkovski2023-sharp"
     assert entry_of("my-sweep") is None
-    assert entry_of("geshkovski2023-fig1-minilm") is None  # an entry of its own, not a scale of fig1
+    assert entry_of("geshkovski2023-fig1-minilm") == "geshkovski2023-fig1-minilm"  # its own, not fig1's scale
 
 
 # ---------------------------------------------------------------------------------------------

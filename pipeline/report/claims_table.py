@@ -1,7 +1,8 @@
 r"""The claims table of a report: every claim the cube's catalog entry makes, checked (`claims`).
 
 `REGISTRY` maps a catalog entry's name to its checks (declared per paper: `claims_f26`,
-`claims_glprp`, `claims_glpre`, `claims_rst`); a larger scale of an entry (`NAME-paper`) has its
+`claims_glprp`, `claims_glpre`, `claims_rst`,
+`claims_network`); a larger scale of an entry (`NAME-paper`) has its
 entry's claims. A cube of no entry gets the claims any cube of its kind can be judged on: P(antipodal)
 on the model's closed form where it has one, else one row saying that no claim is declared.
 `check_claims` runs them (a check that raises gives a `not checked` row naming the error, never a
@@ -20,11 +21,12 @@ from .claims_common import closed_form
 from .claims_f26 import CLAIMS as F26
 from .claims_glpre import CLAIMS as GLPRE
 from .claims_glprp import CLAIMS as GLPRP
+from .claims_network import CLAIMS as NETWORK
 from .claims_rst import CLAIMS as RST
 
 __all__ = ["REGISTRY", "entry_of", "check_claims", "claims_lines", "verdict_counts"]
 
-REGISTRY = {**F26, **GLPRP, **GLPRE, **RST}
+REGISTRY = {**F26, **GLPRP, **GLPRE, **RST, **NETWORK}
 
 GENERIC = closed_form("P(antipodal) per cell equals the model's closed form", "the model's theory",
                       "closed form (T = ∞) in every judged cell")
@@ -36,8 +38,8 @@ def entry_of(name: str) -> str | None:
 
     >>> entry_of("fedorov2026-fig3-paper"), entry_of("fedorov2026-fig3"), entry_of("mine")
     ('fedorov2026-fig3', 'fedorov2026-fig3', None)
-    >>> entry_of("geshkovski2023-fig1-minilm") is None  # another entry, not a scale of fig1
-    True
+    >>> entry_of("geshkovski2023-fig1-minilm")  # an entry of its own, not a scale of fig1
+    'geshkovski2023-fig1-minilm'
     """
     if name in REGISTRY:
         return name

@@ -26,7 +26,7 @@ from .figures import figure_title, plt, save, subplots
 from .observables import cell_label, plot_overlap_hist, shown_cells
 from .tables import fmt, rows_table
 
-__all__ = ["network_section", "cell_fits", "layer_table"]
+__all__ = ["network_section", "cell_fits", "layer_table", "real_leading", "grid_dims", "spectra_lines"]
 
 GRID = ("n", "beta", "scale", "weights_seed")  # models.network.spec.NetworkGrid's axes
 LAYER_COLUMNS = ("mean_overlap", "overlap_min", "overlap_max", "energy", "abs_cos_first", "n_clusters",
@@ -64,12 +64,18 @@ def layer_table(ds, sel: dict) -> list[list[str]]:
     return [[f"{sub['t'].values[k]:g}"] + [fmt(means[c][k], 3) for c in LAYER_COLUMNS] for k in picks]
 
 
+def real_leading(re, im) -> np.ndarray:
+    """Which leading eigenvalues are real: imaginary part within 1e-6 of the modulus (float32)."""
+    re, im = np.asarray(re, float), np.asarray(im, float)
+    return im <= 1e-6 * np.maximum(np.abs(re), 1e-12)
+
+
 def spectra_lines(ds) -> list[str]:
     """The value spectra of the first cell's weights ([GLPR-E] Fig. 10)."""
     first = {d: 0 for d in grid_dims(ds)}
     sub = ds.isel(first).isel(traj=0)
     re, im, gap = (sub[k].values.astype(float) for k in ("value_lead_re", "value_lead_im", "value_gap"))
-    real = im <= 1e-6 * np.maximum(np.abs(re), 1e-12)
+    real = real_leading(re, im)
     heads = len(re)
     return [
         "## Value spectra per head", "",
