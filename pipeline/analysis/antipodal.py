@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from .once import once
 from .stats import cells_of, closed_form, done_finite, done_mask, flag, stored_spec, wilson_interval
 
 __all__ = ["antipodal_table", "agrees", "judged", "any_antipodal_table", "CLASS_UNRESOLVED", "CLASS_SINGLE",
@@ -53,6 +54,7 @@ BOUNDARY_ATOL = 1e-9  # beta within this of beta_c(d): on the boundary (grids hi
 FINITE_T_MAX_CELLS = 1000
 
 
+@once
 def antipodal_table(ds: xr.Dataset, t=None, level: float = 0.95, theory=None,
                     finite_t: bool | str = True) -> xr.Dataset:
     """Counts, probabilities, Wilson intervals, theory and z-scores per grid cell.
@@ -174,6 +176,7 @@ def agrees(table: xr.Dataset, level: float = 0.99, widen: float = 0.01,
     return inside & theory.notnull()
 
 
+@once
 def any_antipodal_table(ds: xr.Dataset, eps: float | None = None, level: float = 0.95) -> xr.Dataset:
     """P(at least one antipodal pair) per grid cell and checkpoint, with persistence over t.
 

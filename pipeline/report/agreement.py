@@ -22,6 +22,7 @@ import numpy as np
 import xarray as xr
 
 from ..analysis.antipodal import BOUNDARY_WHY, agrees, antipodal_table, judged
+from ..analysis.once import once
 from ..analysis.stats import chi_square_summary, wilson_interval
 from .antipodal import AGREE_LEVEL, AGREE_WIDEN
 from .tables import fmt, row_order
@@ -68,6 +69,7 @@ class Agreement:
                 "p_value": None if not np.isfinite(self.p_value) else self.p_value, "text": self.text}
 
 
+@once
 def agreement_table(ds: xr.Dataset, level: float) -> xr.Dataset | None:
     """The antipodal table with its `agrees` column; None without classes or a closed form."""
     if "cluster_class" not in ds:

@@ -23,6 +23,7 @@ import xarray as xr
 from scipy import stats
 
 from ..analysis.antipodal import agrees, antipodal_table
+from ..analysis.once import once
 from ..analysis.stats import cells_of, closed_form
 from ..plugin import Part, ReportInput
 from ..theory import finite as theory_finite
@@ -36,6 +37,7 @@ MAX_CELLS = 64  # cells solved for (each a backward-equation solve, ~0.1 s)
 MAX_ROWS = 60  # (cell, checkpoint) rows listed one by one
 
 
+@once
 def horizon_table(ds: xr.Dataset, level: float = 0.95) -> xr.Dataset | None:
     """Counts, p, Wilson interval, theory_t, unresolved_t and z_t per (cell, checkpoint); the dense
     theory in `curve_antipodal` / `curve_unresolved` over `t_dense`. None where n/a."""

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from ..analysis.once import tables_once
 from ..analysis.stats import stored_spec
 from ..models import get_model
 from ..plugin import ReportInput
@@ -98,6 +99,11 @@ def local_scheduler() -> dict:
 def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
     """Write report.md, report.html (self-contained) and summary.json with their figures into
     out_dir; return {'report': md path, 'html': html path, 'summary': json path, figure: path, ...}."""
+    with tables_once():  # the sections, claims and summary ask for the same tables many times
+        return _write_report(ds, out_dir, level)
+
+
+def _write_report(ds: xr.Dataset, out_dir, level: float) -> dict:
     sweep = stored_spec(ds)
     if sweep is None:
         raise ValueError("the Dataset carries no tokensweep spec (attribute `tokensweep_spec`): "
