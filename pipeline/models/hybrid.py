@@ -2,7 +2,9 @@
 
 x_i <- N(x_i + (h + sigma sqrt(h) xi_k) A_i), one scalar xi_k per layer shared by all tokens. Two
 tokens have a closed-form P(antipodal) (`theory.hybrid_antipodal_probability`) with noise
-thresholds: USA one sharp sigma_c = sqrt(2 e^-beta), SA a bistable window.
+thresholds: USA one sharp sigma_c = sqrt(2 e^-beta), SA a bistable window. `layers` may be a grid
+axis (h = T / layers per cell), as for the stochastic transformer: at sigma = 0 the scheme is O(h)
+from the deterministic flow ([F26] Lemma 2).
 """
 
 from __future__ import annotations
@@ -14,15 +16,25 @@ from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
 from ..plugin import Model
-from ..spec.base import Grid, nonnegative_axis
+from ..spec.base import nonnegative_axis
 from ..spec.device import DeviceSweep, refuse_on_device
 from ..spec.recording import RecordingSweep, record_arguments
 from ..spec.starts import Start, StartSweep, initial_overlap
-from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells
+from ._common import (
+    CLOSED_FORM_ATTENTIONS,
+    LayersGrid,
+    cell_time_arguments,
+    check_layers_axis,
+    implied_layers,
+    sphere_cell,
+    start_argument,
+    two_token_cells,
+    without_axis_layers,
+)
 
 
-class HybridGrid(Grid):
-    """The hybrid noise model adds the noise amplitude sigma."""
+class HybridGrid(LayersGrid):
+    """The hybrid noise model adds the noise amplitude sigma (and may have a `layers` axis)."""
 
     sigma: tuple[float, ...]
 
@@ -45,15 +57,22 @@ class HybridSweep(DeviceSweep, RecordingSweep, StartSweep):
     threads: int = Field(default=1, ge=1)
     init: Start = Start()  # initial condition (pipeline/spec/starts.py)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _implied_layers(cls, data):
+        return implied_layers(data)
+
     @model_validator(mode="after")
     def _on_device(self):
+        check_layers_axis(self)
         refuse_on_device(self, {"record": bool(self.record) and "recording observables",
                                 "init": self.init != Start() and "a start other than uniform"})
         return self
 
     def canonical(self) -> dict:
-        """As SweepBase's, without `threads`: it changes how a partition runs, not its numbers."""
-        return {k: v for k, v in super().canonical().items() if k != "threads"}
+        """As SweepBase's, without `threads` (it changes how a partition runs, not its numbers) and,
+        with a layers axis, without time.layers."""
+        return without_axis_layers(self, {k: v for k, v in super().canonical().items() if k != "threads"})
 
 
 class Hybrid(Model):
@@ -82,13 +101,13 @@ class Hybrid(Model):
                 device_key(sweep.seed, cell_key(coords)), [trajectory_index(g) for g in rngs],
                 **sphere_cell(coords), sigma=float(coords["sigma"]), attention=sweep.attention,
                 stop_when_resolved=sweep.stop_when_resolved, resolved_window=sweep.resolved_window,
-                **time_arguments(sweep))
+                **cell_time_arguments(sweep, coords))
         from ...kernels.hybrid import simulate_hybrid
 
         return simulate_hybrid(rngs, **sphere_cell(coords), sigma=float(coords["sigma"]),
                                attention=sweep.attention, stop_when_resolved=sweep.stop_when_resolved,
                                resolved_window=sweep.resolved_window, threads=sweep.threads,
-                               **time_arguments(sweep), **start_argument(sweep, coords, rngs),
+                               **cell_time_arguments(sweep, coords), **start_argument(sweep, coords, rngs),
                                **record_arguments(sweep))
 
     def antipodal_probability(self, sweep, cells: dict) -> np.ndarray:
@@ -142,8 +161,8 @@ class Hybrid(Model):
     def sections(self, sweep):
         from ..report import antipodal, dominant, horizon  # here, not above: workers never draw
 
-        return [antipodal.probability_section, horizon.horizon_section, antipodal.heatmap_section,
-                dominant.dominant_section, antipodal.any_pair_section]
+        return [antipodal.probability_section, horizon.horizon_section, antipodal.step_bias_section,
+                antipodal.heatmap_section, dominant.dominant_section, antipodal.any_pair_section]
 
 
 model = Hybrid()

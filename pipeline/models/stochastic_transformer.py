@@ -21,30 +21,29 @@ from pydantic import Field, field_validator, model_validator
 
 from ...kernels import vocabulary
 from ..plugin import Model
-from ..spec.base import MAX_LAYERS, Grid, axis_values, refuse
+from ..spec.base import refuse
 from ..spec.device import DeviceSweep, refuse_on_device
 from ..spec.matrices import Matrix, check_fixes_d, square_matrix
 from ..spec.recording import RecordingSweep, record_arguments
 from ..spec.starts import Start, StartSweep, initial_overlap
-from ._common import CLOSED_FORM_ATTENTIONS, sphere_cell, start_argument, time_arguments, two_token_cells
+from ._common import (
+    CLOSED_FORM_ATTENTIONS,
+    LayersGrid,
+    cell_time_arguments,
+    check_layers_axis,
+    implied_layers,
+    sphere_cell,
+    start_argument,
+    two_token_cells,
+    without_axis_layers,
+)
 
 VALUE_LAWS = ("gaussian", "rademacher", "uniform")  # = kernels.stochastic.VALUE_LAWS (no numba here)
 SCHEMES = ("discrete", "sde")  # = kernels.stochastic.SCHEMES
 
 
-class StochasticGrid(Grid):
+class StochasticGrid(LayersGrid):
     """beta, d, n, and optionally `layers` (h = T / layers per cell: the O(h) bias in one sweep)."""
-
-    layers: Optional[tuple[int, ...]] = None
-
-    @field_validator("layers")
-    @classmethod
-    def _layer_counts(cls, values):
-        bad = [v for v in values if not 1 <= v <= MAX_LAYERS]
-        if bad:
-            raise ValueError(f"contains {bad}, but a layer count is from 1 to {MAX_LAYERS}: remove "
-                             "them from grid.layers")
-        return values
 
 
 class StochasticTransformerSweep(DeviceSweep, RecordingSweep, StartSweep):
@@ -82,15 +81,7 @@ class StochasticTransformerSweep(DeviceSweep, RecordingSweep, StartSweep):
             return data
         if data.get("value_law", "gaussian") != "gaussian" and "noise" not in data:
             data = {**data, "noise": "literal"}
-        grid, time = data.get("grid"), data.get("time")
-        if isinstance(grid, dict) and isinstance(time, dict) and "layers" not in time \
-                and grid.get("layers") is not None:
-            try:
-                largest = max(int(v) for v in axis_values(grid["layers"], "layers"))
-            except (TypeError, ValueError):
-                return data  # reported by the grid's own validation
-            data = {**data, "time": {**time, "layers": largest}}
-        return data
+        return implied_layers(data)
 
     @field_validator("matrices", mode="before")
     @classmethod
@@ -116,15 +107,7 @@ class StochasticTransformerSweep(DeviceSweep, RecordingSweep, StartSweep):
             if self.qk != "identity":
                 raise refuse(f"matrices.{key}", f"an explicit {key} fixes the query-key pair, but qk = "
                               f"{self.qk!r} draws it: remove matrices.{key} or set qk: identity")
-        if self.grid.layers is not None:
-            if self.time.layers not in self.grid.layers:
-                raise refuse("time.layers", f"{self.time.layers} is not among grid.layers "
-                              f"{list(self.grid.layers)}: remove time.layers (the largest is used)")
-            for layers in self.grid.layers:
-                try:
-                    self.time.layers_at(layers)
-                except ValueError as err:
-                    raise refuse("time.checkpoints", str(err)) from None
+        check_layers_axis(self)
         refuse_on_device(self, {"qk": self.qk != "identity" and "a drawn Q, K",
                                 "matrices": bool(self.matrices) and "an explicit Q, K",
                                 "scheme": self.scheme != "discrete" and "scheme: sde",
@@ -147,10 +130,7 @@ class StochasticTransformerSweep(DeviceSweep, RecordingSweep, StartSweep):
         """As SweepBase's, without `threads` (it changes how a partition runs, not its numbers)
         and, with a layers axis, without time.layers (the grid's largest value by default, so a
         store may grow along the axis)."""
-        out = {k: v for k, v in super().canonical().items() if k != "threads"}
-        if self.grid.layers is not None:
-            out["time"] = {k: v for k, v in out["time"].items() if k != "layers"}
-        return out
+        return without_axis_layers(self, {k: v for k, v in super().canonical().items() if k != "threads"})
 
 
 class StochasticTransformer(Model):
@@ -233,11 +213,7 @@ class StochasticTransformer(Model):
 def generalised_arguments(sweep, coords: dict) -> dict:
     """Time arguments (at the cell's layer count when layers is an axis) and the options of
     docs/models.md 4.4, as `simulate_stochastic_transformer` takes them."""
-    args = time_arguments(sweep)
-    if "layers" in coords:
-        layers = int(coords["layers"])
-        args.update(layers=layers,
-                    checkpoint_layers=np.asarray(sweep.time.layers_at(layers), dtype=np.int64))
+    args = cell_time_arguments(sweep, coords)
     matrices = ({k: np.asarray(m, dtype=np.float64) for k, m in sweep.matrices.items()}
                 if sweep.matrices else None)
     return dict(args, value_law=sweep.value_law, qk=sweep.qk, matrices=matrices,
