@@ -19,14 +19,16 @@ from ..spec.scales import SCALES
 from .claims import KINDS, Claim, not_checked, verdict_kind
 from .claims_common import closed_form
 from .claims_f26 import CLAIMS as F26
+from .claims_f26_flow import CLAIMS as F26_FLOW
 from .claims_glpre import CLAIMS as GLPRE
 from .claims_glprp import CLAIMS as GLPRP
+from .claims_glprp_rates import CLAIMS as GLPRP_RATES
 from .claims_network import CLAIMS as NETWORK
 from .claims_rst import CLAIMS as RST
 
 __all__ = ["REGISTRY", "entry_of", "check_claims", "claims_lines", "verdict_counts"]
 
-REGISTRY = {**F26, **GLPRP, **GLPRE, **RST, **NETWORK}
+REGISTRY = {**F26, **F26_FLOW, **GLPRP, **GLPRP_RATES, **GLPRE, **RST, **NETWORK}
 
 GENERIC = closed_form("P(antipodal) per cell equals the model's closed form", "the model's theory",
                       "closed form (T = ∞) in every judged cell")

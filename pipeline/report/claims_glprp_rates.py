@@ -1,0 +1,159 @@
+r"""The claims of [GLPR-P] section 6 that need a long look (`claims`): one cluster for every beta in
+d >= 3 (Thm 6.1) and the exponential rate of a start in an open hemisphere (Thm 6.3 / Lemma 6.4).
+
+Thm 6.1 ([MTG17, CRMB24]): for SA or USA with Q = K = V = I, n >= 2, d >= 3 and any beta >= 0,
+almost every start converges to one cluster. Judged on every trajectory of the cells with d >= 3:
+`n_clusters` = 1 at T (a finite T can only fail it: a trajectory still in metastable clusters
+at T counts against it, the worst count is shown); cells with d = 2 are outside the hypothesis.
+
+Thm 6.3 / Lemma 6.4: a start in an open hemisphere (almost sure for uniform starts with d >= n)
+converges to one point exponentially fast, ||x_i(t) - x*|| <= C e^{-lambda t}. The proof's
+(6.7)-(6.8) bound the rate of 1 - alpha(t), alpha = min_i <x_i, x*>, from below by
+`rate_bound` = 1 / (2 n e^{2 beta}) once alpha >= 1/2. The cube's gauge of the same decay is
+g(t) = 1 - overlap_min(t) (1 - <x_i, x_j> = |x_i - x_j|^2 / 2, within a factor 4 of 1 - alpha):
+per trajectory, log g is fitted linearly in t (scipy's linregress) over the late regime
+`LATE` (all pairs within overlap 1 - 0.1 = 0.9, where alpha >= 1/2, and above the float64 floor
+1e-12), and the rate's 99 % t-interval must lie above the bound. The hypothesis is checked on the
+cube's own starts: `in_hemisphere` at the first checkpoint (one step when it is t = h; the flow
+is autonomous, so a configuration in a hemisphere there is itself a start of Lemma 6.4), and only
+those trajectories are judged. The detail shows the rates beside the linearisation's at the
+collapse, 2 (SA) or 2 e^beta (USA) (`theory.equiangular_rate`; retraction Euler of step h gives
+-2 log(1 - h) / h, 2.107 at h = 0.1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..analysis.overlaps import MIN_GAP
+from ..models import get_model
+from ..plugin import ReportInput
+from .claims import NOT_MET, Claim, every_trajectory, number
+from .claims_common import cell_labels, trajectories
+from .tables import fmt
+
+__all__ = ["CLAIMS", "rate_bound", "late_rate", "LATE", "RATE_LEVEL"]
+
+LATE = (MIN_GAP, 0.1)  # g = 1 - overlap_min in (1e-12, 0.1]: the late, linear regime of log g
+RATE_LEVEL = 0.99  # the level of each trajectory's rate interval
+MIN_POINTS = 3  # checkpoints a fit needs (two for the line, one for its error)
+
+
+def plain_flow(report: ReportInput) -> str | None:
+    """'sa' or 'usa' where the cube is the plain flow of Thms 6.1 / 6.3 (Q = K = V = I, nothing
+    time-varying or noisy, not causal), else None."""
+    attention = getattr(get_model(report.sweep.model), "closed_form_attention", None)
+    return None if attention is None else attention(report.sweep)
+
+
+def cells(ds, name: str):
+    """(label, coords, counted trajectories of `name`) per grid cell of the cube."""
+    dims = [d for d in ds[name].dims if d not in ("traj", "t")]
+    labels = cell_labels(ds[name], dims)
+    for label, idx in zip(labels, np.ndindex(*[ds.sizes[d] for d in dims])):
+        coords = {d: ds[d].values[i].item() for d, i in zip(dims, idx)}
+        yield label, coords, trajectories(ds, name, coords)
+
+
+def one_cluster_every_beta(report: ReportInput) -> Claim:
+    """Thm 6.1 on every trajectory of the cells with d >= 3 (module docstring)."""
+    ds = report.ds
+    claim, source = "one cluster for every β in d ≥ 3 (almost every start)", "[GLPR-P] Thm 6.1"
+    expected = "n_clusters = 1 at T on every trajectory of every cell with d ≥ 3"
+    attention = plain_flow(report)
+    if attention is None:
+        return Claim(claim, source, f"model {report.sweep.model}, not the plain flow", expected, NOT_MET,
+                     "the theorem is for SA or USA with Q = K = V = I")
+    ok, counts, parts = [], [], []
+    for label, coords, values in cells(ds, "n_clusters"):
+        if int(coords.get("d", ds.d.values.max())) < 3:
+            continue
+        final = values[:, -1]
+        ok.append(final == 1)
+        counts.append(final)
+        parts.append(f"{label}: {int((final == 1).sum())}/{final.size}")
+    if not ok:
+        return Claim(claim, source, f"d = {ds.d.values.tolist()}", expected, NOT_MET, "no cell with d ≥ 3")
+    out = every_trajectory(claim, source, expected, np.concatenate(ok), np.concatenate(counts),
+                           "cluster count at T")
+    return out.with_detail(f"T = {float(report.sweep.time.T):g}; one cluster at T per cell: {'; '.join(parts)}; "
+                           + out.detail)
+
+
+def rate_bound(beta: float, n: int) -> float:
+    """The proof's lower bound on the rate of 1 - alpha(t): 1 / (2 n e^{2 beta}) ((6.7)-(6.8)).
+
+    >>> round(rate_bound(1.0, 8), 6)
+    0.008458
+    """
+    return float(1.0 / (2.0 * n * np.exp(2.0 * beta)))
+
+
+def late_rate(times, gap, level: float = RATE_LEVEL) -> tuple[float, float, float, int]:
+    """(rate, low, high, points): -slope of log(gap) against t over the checkpoints in `LATE`, with
+    its t-interval at `level`; NaN where fewer than MIN_POINTS lie there.
+
+    >>> t = np.arange(10.0); rate, lo, hi, m = late_rate(t, 0.05 * np.exp(-2 * t))
+    >>> round(rate, 9), m
+    (2.0, 10)
+    """
+    from scipy import stats
+
+    t, gap = np.asarray(times, float), np.asarray(gap, float)
+    use = np.isfinite(gap) & (gap > LATE[0]) & (gap <= LATE[1])
+    m = int(use.sum())
+    if m < MIN_POINTS:
+        return float("nan"), float("nan"), float("nan"), m
+    fit = stats.linregress(t[use], np.log(gap[use]))
+    half = float(stats.t.ppf(0.5 + level / 2, m - 2)) * float(fit.stderr)
+    return -float(fit.slope), -float(fit.slope) - half, -float(fit.slope) + half, m
+
+
+def hemisphere_rate(report: ReportInput) -> Claim:
+    """Thm 6.3 / Lemma 6.4 on the trajectories whose start lies in an open hemisphere."""
+    from ..theory import equiangular_rate
+
+    ds = report.ds
+    claim = "a start in an open hemisphere clusters exponentially fast"
+    source = "[GLPR-P] Thm 6.3 / Lemma 6.4"
+    expected = (f"1 - overlap_min decays exponentially: its fitted rate's {RATE_LEVEL:.0%} interval above the "
+                "proof's bound 1/(2n e^{2β}) on every trajectory started in a hemisphere")
+    attention = plain_flow(report)
+    if attention is None or "in_hemisphere" not in ds:
+        return Claim(claim, source, f"model {report.sweep.model}, not the plain flow", expected, NOT_MET,
+                     "the theorem is for SA or USA with Q = K = V = I")
+    times = ds.t.values
+    ok, lows, parts, started, total = [], [], [], 0, 0
+    for label, coords, gap_min in cells(ds, "overlap_min"):
+        hemi = trajectories(ds, "in_hemisphere", coords)[:, 0] == 1
+        total += hemi.size
+        started += int(hemi.sum())
+        if not hemi.any():
+            continue
+        beta, n = float(coords.get("beta", ds.beta.values[0])), int(coords.get("n", ds.n.values[0]))
+        bound = rate_bound(beta, n)
+        fits = np.array([late_rate(times, 1.0 - row) for row in gap_min[hemi]])
+        ok.append(np.isfinite(fits[:, 1]) & (fits[:, 1] > bound))
+        lows.append(np.where(np.isfinite(fits[:, 1]), fits[:, 1], -np.inf))
+        finite = fits[np.isfinite(fits[:, 0]), 0]
+        rates = (f"rate median {fmt(float(np.median(finite)), 4)} ({fmt(float(finite.min()), 4)}-"
+                 f"{fmt(float(finite.max()), 4)})" if finite.size else "no late regime")
+        parts.append(f"{label}: {rates}, {int((~np.isfinite(fits[:, 0])).sum())} never in it; bound {bound:.3g}; "
+                     f"linearised {fmt(equiangular_rate(beta, n, attention), 4)}")
+    h = float(report.sweep.time.h)
+    euler = f"; retraction Euler's linearised rate -2 log(1 - h)/h = {fmt(-2 * np.log1p(-h) / h, 4)} (SA)" \
+        if report.sweep.integrator == "euler" and h < 1 else ""
+    first = f"t = {float(times[0]):g}"
+    if not ok:
+        return Claim(claim, source, f"0 of {total} starts in an open hemisphere at {first}", expected, NOT_MET,
+                     "no start meets the hypothesis")
+    out = every_trajectory(claim, source, expected, np.concatenate(ok), np.concatenate(lows),
+                           "lower end of the rate", worst_fmt=number, largest_is_worst=False)
+    return out.with_detail(f"{started} of {total} starts in an open hemisphere at {first} (judged); late regime "
+                           f"1e-12 < 1 - overlap_min ≤ {LATE[1]:g}; " + "; ".join(parts) + euler + "; " + out.detail)
+
+
+CLAIMS = {
+    "geshkovski2023-one-cluster": (one_cluster_every_beta,),
+    "geshkovski2023-hemisphere-rate": (hemisphere_rate,),
+}

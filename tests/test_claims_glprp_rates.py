@@ -1,0 +1,76 @@
+"""[GLPR-P] section 6's claims that need a long look (pipeline/report/claims_glprp_rates.py), each on
+tiny cubes computed by the real kernels, where its verdict is known:
+
+* Thm 6.1 (one cluster in d >= 3): at T = 20, beta = 1, n = 4 every start has merged (t* = 4.7);
+  at T = 0.5 none has (the uniform start of 4 points in d = 3 is not one cluster after half a unit);
+  a cube with d = 2 only, or with V = -I, is outside the hypothesis.
+* Thm 6.3 / Lemma 6.4 (exponential rate): d = 4 >= n = 4, so every start is in a hemisphere; by
+  T = 20 each reaches the late regime, where 1 - overlap_min decays at the linearised rate ~2, far
+  above the bound 1/(2n e^{2 beta}) = 0.017; at T = 2 no trajectory is in the late regime yet (no
+  exponential decay seen: fails); 16 points in d = 2 lie in a half circle with probability
+  16 / 2^15, so none of 4 starts meets the hypothesis.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from test_claims import by_source, claims_of, cube, entry
+
+from tokensweep.pipeline.report.claims import FAILS, HOLDS, NOT_MET
+from tokensweep.pipeline.report.claims_glprp_rates import late_rate, rate_bound
+
+ONE = "[GLPR-P] Thm 6.1"
+RATE = "[GLPR-P] Thm 6.3"
+
+
+def one_cluster(tmp_path, **changes):
+    spec = entry("geshkovski2023-one-cluster", **{"trajectories": 4, "grid": {"beta": 1.0, "d": 3, "n": 4},
+                                                  "time": {"T": 20.0, "layers": 200, "checkpoints": 4}, **changes})
+    return by_source(claims_of(cube(spec, tmp_path)), ONE)
+
+
+def test_one_cluster_holds_at_t20_and_fails_at_t_half(tmp_path):
+    late = one_cluster(tmp_path)
+    assert late.verdict == HOLDS and late.measured.startswith("4 of 4") and "worst cluster count at T 1" in late.measured
+    early = one_cluster(tmp_path, time={"T": 0.5, "layers": 5, "checkpoints": 1})
+    assert early.verdict == FAILS and early.measured.startswith("0 of 4")
+
+
+def test_one_cluster_hypothesis_d_at_least_3_and_v_identity(tmp_path):
+    flat = one_cluster(tmp_path, grid={"beta": 1.0, "d": 2, "n": 4}, time={"T": 1.0, "layers": 10, "checkpoints": 1})
+    assert flat.verdict == NOT_MET and "d ≥ 3" in flat.detail
+    repelling = one_cluster(tmp_path, value="minus_identity", integrator="rk4",
+                            time={"T": 1.0, "layers": 10, "checkpoints": 1})
+    assert repelling.verdict == NOT_MET
+
+
+def test_late_rate_recovers_an_exponential_and_needs_three_points():
+    t = np.arange(0.0, 20.0)
+    gap = 0.09 * np.exp(-2.0 * t) * (1 + 1e-3 * np.sin(t))  # a small wiggle: the interval has width
+    rate, low, high, points = late_rate(t, gap)
+    assert abs(rate - 2.0) < 1e-3 and low < rate < high and high - low < 0.01
+    assert points == 13  # 0.09 e^{-2t} > 1e-12 up to t = 12
+    assert np.isnan(late_rate(t[:2], gap[:2])[0])
+    assert abs(rate_bound(1.0, 4) - 1 / (8 * np.e ** 2)) < 1e-15
+
+
+def rate_claim(tmp_path, T: float, **changes):
+    time = {"T": T, "layers": int(round(10 * T)), "checkpoints": [0.1] + [float(k) for k in range(1, int(T) + 1)]}
+    spec = entry("geshkovski2023-hemisphere-rate", **{"trajectories": 4, "grid": {"beta": 1.0, "d": 4, "n": 4},
+                                                      "time": time, **changes})
+    return by_source(claims_of(cube(spec, tmp_path)), RATE)
+
+
+def test_hemisphere_rate_holds_once_clustered_and_fails_before_the_late_regime(tmp_path):
+    late = rate_claim(tmp_path, 20.0)
+    assert late.verdict == HOLDS and late.measured.startswith("4 of 4")
+    assert "4 of 4 starts in an open hemisphere" in late.detail
+    worst = float(late.measured.rsplit(" ", 1)[1])
+    assert 1.9 < worst < 2.2  # the linearised rate 2 (Euler's 2.107 at h = 0.1), the bound 0.017
+    early = rate_claim(tmp_path, 2.0)
+    assert early.verdict == FAILS and early.measured.startswith("0 of 4") and "4 never in it" in early.detail
+
+
+def test_hemisphere_rate_hypothesis_not_met_without_a_start_in_a_hemisphere(tmp_path):
+    flat = rate_claim(tmp_path, 2.0, grid={"beta": 1.0, "d": 2, "n": 16})
+    assert flat.verdict == NOT_MET and flat.measured.startswith("0 of 4 starts")
