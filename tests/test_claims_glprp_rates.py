@@ -9,6 +9,8 @@ tiny cubes computed by the real kernels, where its verdict is known:
   above the bound 1/(2n e^{2 beta}) = 0.017; at T = 2 no trajectory is in the late regime yet (no
   exponential decay seen: fails); 16 points in d = 2 lie in a half circle with probability
   16 / 2^15, so none of 4 starts meets the hypothesis.
+* Thm 6.8 for USA, (6.10): the overlaps of an equiangular start on gamma(t) to RK4's error; the late
+  rate 2 e^beta once gamma ~ 1, not while gamma ~ 0.45 (t = 0.6 at beta = 1, n = 4).
 """
 
 from __future__ import annotations
@@ -74,3 +76,20 @@ def test_hemisphere_rate_holds_once_clustered_and_fails_before_the_late_regime(t
 def test_hemisphere_rate_hypothesis_not_met_without_a_start_in_a_hemisphere(tmp_path):
     flat = rate_claim(tmp_path, 2.0, grid={"beta": 1.0, "d": 2, "n": 16})
     assert flat.verdict == NOT_MET and flat.measured.startswith("0 of 4 starts")
+
+
+def usa_claims(tmp_path, T: float):
+    spec = entry("geshkovski2023-equiangular-usa", trajectories=2, grid={"beta": 1.0, "d": 4, "n": 4},
+                 time={"T": T, "layers": int(round(50 * T)), "checkpoints": max(int(round(5 * T)), 2)})
+    claims = claims_of(cube(spec, tmp_path))
+    return [c for c in claims if c.source.startswith("[GLPR-P] Thm 6.8, (6.10)")]
+
+
+def test_usa_equiangular_rate_is_2_e_beta_once_late_and_not_early(tmp_path):
+    # (6.10) at beta = 1, n = 4: 1 - gamma decays at its late rate 2 e = 5.44 once gamma ~ 1 (gamma(2)
+    # = 0.999); at t = 0.6 (gamma 0.45) it decays at a fraction of it, so the late-rate claim fails there
+    overlaps, rate = usa_claims(tmp_path, 8.0)
+    assert overlaps.verdict == HOLDS and rate.verdict == HOLDS and "2 e^β (USA)" in rate.claim
+    assert "5.436" in rate.detail  # 2 e = 5.43656
+    overlaps, rate = usa_claims(tmp_path, 0.6)
+    assert overlaps.verdict == HOLDS and rate.verdict == FAILS

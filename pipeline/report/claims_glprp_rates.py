@@ -1,5 +1,7 @@
 r"""The claims of [GLPR-P] section 6 that need a long look (`claims`): one cluster for every beta in
-d >= 3 (Thm 6.1) and the exponential rate of a start in an open hemisphere (Thm 6.3 / Lemma 6.4).
+d >= 3 (Thm 6.1), the exponential rate of a start in an open hemisphere (Thm 6.3 / Lemma 6.4), and
+the USA equiangular ODE (6.10) with its late rate 2 e^beta (Thm 6.8; `claims_glprp`'s checks, named
+for USA).
 
 Thm 6.1 ([MTG17, CRMB24]): for SA or USA with Q = K = V = I, n >= 2, d >= 3 and any beta >= 0,
 almost every start converges to one cluster. Judged on every trajectory of the cells with d >= 3:
@@ -23,6 +25,8 @@ collapse, 2 (SA) or 2 e^beta (USA) (`theory.equiangular_rate`; retraction Euler 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..analysis.overlaps import MIN_GAP
@@ -30,6 +34,7 @@ from ..models import get_model
 from ..plugin import ReportInput
 from .claims import NOT_MET, Claim, every_trajectory, number
 from .claims_common import cell_labels, trajectories
+from .claims_glprp import equiangular, equiangular_rate
 from .tables import fmt
 
 __all__ = ["CLAIMS", "rate_bound", "late_rate", "LATE", "RATE_LEVEL"]
@@ -153,7 +158,23 @@ def hemisphere_rate(report: ReportInput) -> Claim:
                            f"1e-12 < 1 - overlap_min ≤ {LATE[1]:g}; " + "; ".join(parts) + euler + "; " + out.detail)
 
 
+def usa_overlaps(report: ReportInput) -> Claim:
+    """Thm 6.8 for USA: every overlap of an equiangular start equals gamma(t) of (6.10)
+    (`claims_glprp.equiangular`, the model's USA closed form)."""
+    return replace(equiangular(report), source="[GLPR-P] Thm 6.8, (6.10) (USA)")
+
+
+def usa_rate(report: ReportInput) -> Claim:
+    """Thm 6.8 for USA: 1 - gamma(t) decays at the late rate 2 e^beta (`claims_glprp.equiangular_rate`
+    judges against the model's rate, 2 e^beta for USA)."""
+    out = equiangular_rate(report)
+    return replace(out, claim="1 - γ(t) decays at the late-time rate 2 e^β (USA)",
+                   source="[GLPR-P] Thm 6.8, (6.10) (USA)",
+                   expected="measured = the ODE's rate over the window (0.1 %), the ODE's within 1 % of 2 e^β")
+
+
 CLAIMS = {
     "geshkovski2023-one-cluster": (one_cluster_every_beta,),
+    "geshkovski2023-equiangular-usa": (usa_overlaps, usa_rate),
     "geshkovski2023-hemisphere-rate": (hemisphere_rate,),
 }
