@@ -143,6 +143,7 @@ def test_fit_recovers_the_particle_model():
     ({"architecture": "gpt2", "size": "tiny", "law": "pretrained"}, "pretrained needs weights"),
     ({"architecture": "gpt2", "size": "tiny", "prompts": "rst_table2"}, "text prompts need a tokenizer"),
     ({"architecture": "gpt2", "size": "tiny", "decode_passes": [5, 1]}, "decode_passes: got [5, 1]: give"),
+    ({"architecture": "albert", "size": "tiny", "passes": 2}, "passes: ALBERT's layers output 32 wide states"),
     ({"architecture": "gpt2", "size": "tiny", "passes": 2, "decode_passes": [3]}, "decode_passes: none of [3]"),
 ])
 def test_bad_input_is_one_line_naming_the_fix(fields, words):

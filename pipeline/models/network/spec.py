@@ -258,6 +258,11 @@ class NetworkSweep(SweepBase):
             if not any((folder / f).is_file() for f in WEIGHT_FILES):
                 raise refuse("weights", f"{folder} has no {' or '.join(WEIGHT_FILES)}: give the folder "
                               "save_pretrained wrote (or law: random for the config alone)")
+        arch, shape, fields = self.resolve(self.model_dump(include={"weights", "architecture", "size", "config"}))
+        if arch == "albert" and self.passes > 1 and int(fields.get("embedding_size", 128)) != shape.width:
+            raise refuse("passes", f"ALBERT's layers output {shape.width} wide states but take "
+                          f"{fields.get('embedding_size', 128)} wide input embeddings, so an output cannot be fed "
+                          "back: set passes: 1 (or config embedding_size equal to hidden_size)")
         if not self.kept_decode_passes:
             raise refuse("decode_passes", f"none of {list(self.decode_passes)} is <= passes = {self.passes}: "
                           "give pass numbers from 0 to passes")
