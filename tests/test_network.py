@@ -309,7 +309,7 @@ def test_random_weights_beside_the_stochastic_transformer_table():
     assert row["closed_form"] == float(antipodal_probability_given_overlap(0.1, row["beta"], 32))
     assert row["sim"]["mean_overlap"][0] == pytest.approx(0.1) and row["rms"] < 0.1
     cells = table_rows([row], ["cell"])[0]
-    assert cells[1:8] == [f"{row['beta']:.3f}", f"{row['beta_c']:.3f}", f"{row['clock']:.4f}", f"{row['rms']:.3f}",
+    assert cells[1:8] == [f"{row['beta']:.3f}", f"{row['beta_c']:.3f}", f"{row['clock']:.3g}", f"{row['rms']:.3f}",
                           "0.0167", f"{row['sim_near']:.4f}", f"{row['closed_form']:.4f}"]
     assert re.match(r"yes; -1 (attracts|does not attract) at this beta", cells[8])
     assert table_rows([{**row, "network_near": 0.0}], ["cell"])[0][8].startswith("no; ")

@@ -85,7 +85,7 @@ def table_rows(rows, labels) -> list[list[str]]:
     for row, label in zip(rows, labels):
         side = "yes" if row["network_near"] > 0 else "no"
         theory_side = "attracts" if row["beta"] > row["beta_c"] else "does not attract"
-        table.append([label, fmt(row["beta"], 3), fmt(row["beta_c"], 3), fmt(row["clock"], 4), fmt(row["rms"], 3),
+        table.append([label, fmt(row["beta"], 3), fmt(row["beta_c"], 3), f"{row['clock']:.3g}", fmt(row["rms"], 3),
                       fmt(row["network_near"], 4), fmt(row["sim_near"], 4), fmt(row["closed_form"], 4),
                       f"{side}; -1 {theory_side} at this beta"])
     return table
