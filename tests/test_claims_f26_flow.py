@@ -29,13 +29,18 @@ SMALL = {"grid": {"beta": 1.0, "sigma": 0.0, "d": 3, "n": 3, "layers": [20, 40, 
          "time": {"T": 1.0, "checkpoints": 5}, "trajectories": 24}
 
 
-def judged(tmp_path, change=None, **changes):
-    store = cube(entry("fedorov2026-lemma2", **{**SMALL, **changes}), tmp_path)
+def checked(check, spec: dict, tmp_path, change=None):
+    """`check` on the tiny cube of `spec`, its dataset first passed through `change` where given."""
+    store = cube(spec, tmp_path)
     with open_cube(store) as ds:
         ds = ds.compute()
         if change is not None:
             ds = change(ds)
-        return lemma2(ReportInput(ds, stored_spec(ds), store.parent, 0.95))
+        return check(ReportInput(ds, stored_spec(ds), store.parent, 0.95))
+
+
+def judged(tmp_path, change=None, **changes):
+    return checked(lemma2, entry("fedorov2026-lemma2", **{**SMALL, **changes}), tmp_path, change)
 
 
 def turned(ds):

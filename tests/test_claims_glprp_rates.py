@@ -11,15 +11,19 @@ tiny cubes computed by the real kernels, where its verdict is known:
   16 / 2^15, so none of 4 starts meets the hypothesis.
 * Thm 6.8 for USA, (6.10): the overlaps of an equiangular start on gamma(t) to RK4's error; the late
   rate 2 e^beta once gamma ~ 1, not while gamma ~ 0.45 (t = 0.6 at beta = 1, n = 4).
+* Thm 4.1 / App. A: two tokens near the antipodal saddle at beta = 0 leave it at -artanh(rho0), slope
+  1/2 in log(1/eps); the same overlaps on a clock twice as slow give slope 1 (fails); beta = 1 is
+  outside the hypothesis.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from test_claims import by_source, claims_of, cube, entry
+from test_claims_f26_flow import checked
 
 from tokensweep.pipeline.report.claims import FAILS, HOLDS, NOT_MET
-from tokensweep.pipeline.report.claims_glprp_rates import late_rate, rate_bound
+from tokensweep.pipeline.report.claims_glprp_rates import late_rate, rate_bound, saddle_escape
 
 ONE = "[GLPR-P] Thm 6.1"
 RATE = "[GLPR-P] Thm 6.3"
@@ -93,3 +97,21 @@ def test_usa_equiangular_rate_is_2_e_beta_once_late_and_not_early(tmp_path):
     assert "5.436" in rate.detail  # 2 e = 5.43656
     overlaps, rate = usa_claims(tmp_path, 0.6)
     assert overlaps.verdict == HOLDS and rate.verdict == FAILS
+
+
+def escape_claim(tmp_path, change=None, **changes):
+    spec = entry("geshkovski2023-saddle-escape", **{"trajectories": 2, "time": {"T": 6.0, "layers": 120, "checkpoints": 60},
+                                                    "grid": {"beta": 0.0, "d": 3, "n": 2, "rho0": [-0.9999, -0.99]},
+                                                    **changes})
+    return checked(saddle_escape, spec, tmp_path, change)
+
+
+def test_saddle_escape_takes_log_one_over_eps_over_two_and_a_slower_clock_fails(tmp_path):
+    # a(t) = tanh(artanh(rho0) + t) crosses 0 at 2.6467 (eps = 1e-2) and 4.9517 (eps = 1e-4): slope 1/2
+    held = escape_claim(tmp_path)
+    assert held.verdict == HOLDS and "4.9517 (closed form 4.9517)" in held.detail
+    # the same overlaps on a clock running twice as slow: escape times double, slope 1, not 1/2
+    slow = escape_claim(tmp_path, change=lambda ds: ds.assign_coords(t=2 * ds.t))
+    assert slow.verdict == FAILS and slow.measured.startswith("slope 1.00")
+    flat = escape_claim(tmp_path, grid={"beta": 1.0, "d": 3, "n": 2, "rho0": [-0.9999, -0.99]})
+    assert flat.verdict == NOT_MET

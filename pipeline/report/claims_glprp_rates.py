@@ -29,10 +29,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..analysis.clustering import crossing_time
 from ..analysis.overlaps import MIN_GAP
 from ..models import get_model
 from ..plugin import ReportInput
-from .claims import NOT_MET, Claim, every_trajectory, number
+from .claims import FAILS, HOLDS, NOT_MET, Claim, every_trajectory, not_checked, number
 from .claims_common import cell_labels, trajectories
 from .claims_glprp import equiangular, equiangular_rate
 from .tables import fmt
@@ -173,8 +174,47 @@ def usa_rate(report: ReportInput) -> Claim:
                    expected="measured = the ODE's rate over the window (0.1 %), the ODE's within 1 % of 2 e^β")
 
 
+def saddle_escape(report: ReportInput) -> Claim:
+    """Thm 4.1 / App. A (beta = 0): the antipodal pair is a strict saddle of E_0; two tokens started at
+    overlap -1 + eps leave it after ~ log(1/eps) / lambda, lambda = 2 its unstable rate (the overlap
+    solves a' = 1 - a^2 at beta = 0: a(t) = tanh(artanh(rho0) + t), which crosses 0 at -artanh(rho0)
+    = (1/2) log((2 - eps)/eps)). Measured: the time the overlap crosses 0 (interpolated), fitted
+    linearly in log(1/eps) over the rho0 cells (scipy's linregress, a 99 % t-interval widened by the
+    checkpoint spacing over the range of log(1/eps)): holds when it meets 1/lambda = 1/2."""
+    from scipy import stats
+
+    ds, sweep = report.ds, report.sweep
+    claim, source = "escape from the β = 0 saddle (antipodal pair) takes log(1/ε)/λ, λ = 2", "[GLPR-P] Thm 4.1 / App. A"
+    expected = "crossing time of overlap 0 linear in log(1/ε) with slope 1/λ = 1/2 (99 % interval ± spacing / range)"
+    rho0 = ds.rho0.values if "rho0" in ds.dims else np.atleast_1d(getattr(sweep.init, "rho0", None))
+    if plain_flow(report) is None or sweep.init.kind != "overlap" or not (ds.beta.values == 0).any() \
+            or (ds.n.values != 2).any() or rho0[0] is None or not (np.asarray(rho0, float) > -1).all():
+        return Claim(claim, source, f"β = {ds.beta.values.tolist()}, init {sweep.init.kind}", expected, NOT_MET,
+                     "needs the plain flow at β = 0, two tokens started at overlap ρ0 = -1 + ε > -1")
+    x, y, parts = [], [], []
+    for value in np.asarray(rho0, float):
+        sel = {"beta": 0.0, **({"rho0": value} if "rho0" in ds.dims else {})}
+        times = [crossing_time(row, ds.t.values, 0.0) for row in trajectories(ds, "overlap_min", sel)]
+        eps = 1.0 + value
+        x += [np.log(1.0 / eps)] * len(times)
+        y += times
+        parts.append(f"ε = {eps:.3g}: {fmt(float(np.nanmedian(times)), 4)} (closed form {fmt(-np.arctanh(value), 4)})")
+    x, y = np.asarray(x), np.asarray(y)
+    use = np.isfinite(y)
+    if np.unique(x[use]).size < 2:
+        return Claim(claim, source, "fewer than two ε escaped by T", expected,
+                     not_checked("T too short for two ε"), "; ".join(parts))
+    fit = stats.linregress(x[use], y[use])
+    spacing = float(np.diff(ds.t.values).max()) / float(np.ptp(x[use]))
+    half = float(stats.t.ppf(0.995, max(int(use.sum()) - 2, 1))) * float(fit.stderr) + spacing
+    ok = abs(float(fit.slope) - 0.5) <= half
+    return Claim(claim, source, f"slope {fmt(float(fit.slope), 4)} ± {fmt(half, 3)} over {int(use.sum())} trajectories",
+                 expected, HOLDS if ok else FAILS, "; ".join(parts) + f"; {int((~use).sum())} not escaped by T")
+
+
 CLAIMS = {
     "geshkovski2023-one-cluster": (one_cluster_every_beta,),
+    "geshkovski2023-saddle-escape": (saddle_escape,),
     "geshkovski2023-equiangular-usa": (usa_overlaps, usa_rate),
     "geshkovski2023-hemisphere-rate": (hemisphere_rate,),
 }
