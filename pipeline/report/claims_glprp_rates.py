@@ -1,7 +1,8 @@
-r"""The claims of [GLPR-P] section 6 that need a long look (`claims`): one cluster for every beta in
-d >= 3 (Thm 6.1), the exponential rate of a start in an open hemisphere (Thm 6.3 / Lemma 6.4), and
-the USA equiangular ODE (6.10) with its late rate 2 e^beta (Thm 6.8; `claims_glprp`'s checks, named
-for USA).
+r"""The claims of [GLPR-P] about how long clustering takes (`claims`): one cluster for every beta in
+d >= 3 (Thm 6.1), the exponential rate of a start in an open hemisphere (Thm 6.3 / Lemma 6.4), the
+USA equiangular ODE (6.10) with its late rate 2 e^beta (Thm 6.8; `claims_glprp`'s checks, named for
+USA) and the escape from the beta = 0 antipodal saddle in a time log(1/eps) / 2 (Thm 4.1 / App. A;
+`saddle_escape`).
 
 Thm 6.1 ([MTG17, CRMB24]): for SA or USA with Q = K = V = I, n >= 2, d >= 3 and any beta >= 0,
 almost every start converges to one cluster. Judged on every trajectory of the cells with d >= 3:
@@ -38,7 +39,7 @@ from .claims_common import cell_labels, trajectories
 from .claims_glprp import equiangular, equiangular_rate
 from .tables import fmt
 
-__all__ = ["CLAIMS", "rate_bound", "late_rate", "LATE", "RATE_LEVEL"]
+__all__ = ["CLAIMS", "rate_bound", "late_rate", "saddle_escape", "LATE", "RATE_LEVEL"]
 
 LATE = (MIN_GAP, 0.1)  # g = 1 - overlap_min in (1e-12, 0.1]: the late, linear regime of log g
 RATE_LEVEL = 0.99  # the level of each trajectory's rate interval
