@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -79,22 +80,45 @@ def task_runner(workers: int | None = None, scheduler: str | None = None):
 
 # At most this many partitions left: no cluster, they run in the flow's process (in_process.py)
 IN_PROCESS_PARTITIONS = 1
+# Nor for this little work, unless workers are asked for (`attention_work`: 5e6 is ~0.1 s of the
+# kernels on one core), where a local cluster's start costs ~8 s of CPU and ~3 s of a tiny
+# sweep's wall time on 2 cores
+IN_PROCESS_WORK = 5e6
 
 
-def runs_in_process(pending: int) -> bool:
+def attention_work(spec, pending: int) -> float:
+    """trajectories x layers x n^2 d of `pending` partitions of the sweep `spec` (a dict or a
+    parsed spec), at its grid's largest n, d and layers: the work of the attention step. Infinite
+    for a model with no time grid (a real network, whose layers cost far more than that)."""
+    from ..pipeline.spec.load import parse_sweep
+
+    sweep = parse_sweep(spec) if isinstance(spec, dict) else spec
+    time = getattr(sweep, "time", None)
+    if time is None:
+        return math.inf
+    axes = sweep.axes
+    n, d = max(axes.get("n", (2,))), max(axes.get("d", (1,)))
+    layers = max(axes.get("layers", (time.layers,)))
+    return float(pending) * sweep.partition_traj * layers * n * n * d
+
+
+def runs_in_process(pending: int, spec=None, workers: int | None = None) -> bool:
     """Whether a local run with `pending` partitions to run starts no cluster: a store with at
-    most IN_PROCESS_PARTITIONS left runs them in the flow's process, and a finished sweep's
-    resume stays cheap."""
-    return pending <= IN_PROCESS_PARTITIONS
+    most IN_PROCESS_PARTITIONS left runs them in the flow's process (a finished sweep's resume
+    stays cheap), and so does a sweep `spec` of at most IN_PROCESS_WORK when no number of
+    `workers` is given (the same numbers wherever a partition runs)."""
+    if pending <= IN_PROCESS_PARTITIONS:
+        return True
+    return workers is None and spec is not None and attention_work(spec, pending) <= IN_PROCESS_WORK
 
 
 @contextmanager
-def early_task_runner(workers: int | None, pending: int):
+def early_task_runner(workers: int | None, pending: int, spec=None):
     """A DaskTaskRunner whose LocalCluster starts now, in the background, while this process
     imports Prefect and creates the flow run (the runner waits for it at the first task); the
     cluster is closed on leaving the block, whatever happened. No more workers than the
-    `pending` partitions; none where they run in this process (`InProcessTaskRunner`)."""
-    if runs_in_process(pending):
+    `pending` partitions of `spec`; none where they run in this process (`runs_in_process`)."""
+    if runs_in_process(pending, spec, workers):
         from .in_process import InProcessTaskRunner
 
         yield InProcessTaskRunner()
@@ -175,12 +199,12 @@ def run_sweep(spec: dict, store: str, *, workers: int | None = None, scheduler: 
     `report=False` skips the report (the rounds of `tokensweep boundary`)."""
     scheduler = resolve_scheduler(scheduler, scheduler_file)
     pending = None if scheduler else partitions_to_run(spec, store)
-    if pending is not None and not runs_in_process(pending):
+    if pending is not None and not runs_in_process(pending, spec, workers):
         start_worker_imports(spec)  # before Prefect's imports and its server: the workers import beside
     api_url = prepare_environment(scheduler)
     with contextlib.ExitStack() as stack:
         runner = task_runner(workers, scheduler) if scheduler else \
-            stack.enter_context(early_task_runner(workers, pending))
+            stack.enter_context(early_task_runner(workers, pending, spec))
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
         from .sweep import sweep_flow

@@ -94,7 +94,10 @@ def expected_sections(sweep) -> list[str]:
             out.append("## Dominant outcome over (beta, sigma)")
         return out
     if sweep.model == "network":
-        return ["## The network beside its particle model", "## Value spectra per head"]
+        out = ["## The network beside its particle model", "## Value spectra per head"]
+        if sweep.law != "pretrained":
+            out.append("## Random weights beside the stochastic transformer")
+        return out + ["## Decoded tokens after chosen passes"]
     if sweep.model == "euclidean_flow":
         out = ["## Geometry at T per cell"]
         if any(model.boolean_rate(sweep, {"beta": b, "d": d}) is not None

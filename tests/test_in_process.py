@@ -110,3 +110,15 @@ def _text(path) -> str:
     except OSError:
         return ""
 
+
+
+def test_a_tiny_sweep_runs_in_process_unless_workers_are_asked_for():
+    from tokensweep.flows.run import IN_PROCESS_WORK, attention_work, runs_in_process
+
+    spec = {**ONE, "partition_traj": 2, "store": "unused.zarr"}  # 3 partitions of 2 x 300 layers
+    assert attention_work(spec, 3) == 3 * 2 * 300 * 2**2 * 3
+    assert runs_in_process(3, spec) and not runs_in_process(3, spec, workers=2)
+    assert runs_in_process(1, spec, workers=2)  # one partition: never a cluster
+    big = {**spec, "grid": {**ONE["grid"], "d": [3, 64]}, "trajectories": 2000, "partition_traj": 100}
+    assert attention_work(big, 40) > IN_PROCESS_WORK and not runs_in_process(40, big)
+    assert not runs_in_process(3)  # the work unknown: a cluster for more than one partition

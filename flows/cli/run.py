@@ -186,7 +186,7 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
         cluster = nullcontext(None)
     if not quiet:
         where = batch.describe() if batch else f"the cluster at {scheduler}" if scheduler else \
-            f"{local_workers(workers, todo)} local workers" if not runs_in_process(todo) else \
+            f"{local_workers(workers, todo)} local workers" if not runs_in_process(todo, sweep, workers) else \
             "this process (no cluster)"  # no idle workers; nor a cluster for one partition
         logs = "" if verbose else f" (logs: {log})"
         typer.echo(f"{sweep.name}: {todo} of {total} partitions to run into {store} on {where}{logs}")
