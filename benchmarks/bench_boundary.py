@@ -17,7 +17,7 @@ model, seed and level: two tokens, d = 5, P(antipodal) crossing 0.1 along beta i
   point at its count). The far points decide nothing about the interval's width.
 
     python benchmarks/bench_boundary.py [--width 0.125] [--folder DIR]
-    python benchmarks/bench_boundary.py --closed-form-draws 8    # the same on exact draws, 8 seeds
+    python benchmarks/bench_boundary.py --closed-form-draws 40   # exact draws, 40 seeds, both cases
 
 Prints both intervals, both costs and their ratio, the wall times and the load average.
 """
@@ -25,6 +25,7 @@ Prints both intervals, both costs and their ratio, the wall times and the load a
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import tempfile
 import time
@@ -99,38 +100,72 @@ def main(width: float, workers: int | None, folder: str | None) -> None:
     print(f"load average: {os.getloadavg()[0]:.1f}")
 
 
-def closed_form_draws(width: float, seeds: int) -> None:
-    """The same comparison on exact Bernoulli draws from the limit's closed form, over seeds: the
-    spread of the ratio that one real run samples once. Dense: spacing W or W / 2, counts
-    800 x 2^k up to 2^15, the cheapest that reaches the width."""
-    def draws(seed, x, n):
-        rng = np.random.default_rng([seed, int(round(x * 1e9))])
-        return rng.random(n) < theory.antipodal_probability(x, D)
+# closed-form cases: name -> (d, x_lo, x_hi, starting points, their count, width)
+CASES = {
+    "docs": (D, LO, HI, 2, 800, 0.125),  # docs/open-problems.md's case
+    "issue25": (D, 0.0, 5.0, 4, 400, 0.2),  # issue 25's held-out case: few, coarse first looks
+}
 
-    ratios = []
-    for seed in range(seeds):
-        looked = {}  # n -> points looked at with n trajectories: the search's store of n
 
-        def evaluate(pts, n, looked=looked, seed=seed):
-            looked.setdefault(n, set()).update(pts)
-            return {x: (int(draws(seed, x, n).sum()), n) for x in pts}
-        found = search(evaluate, [LO, HI], 800, Design(level=LEVEL, width=width))
-        dense = None
-        for spacing in (width, width / 2):
-            xs = np.round(np.arange(LO, HI + spacing / 2, spacing), 9).tolist()
-            full = {x: draws(seed, x, 2**15) for x in xs}
-            n = 800
-            while n <= 2**15:
-                counts = {x: (int(full[x][:n].sum()), n) for x in xs}
-                if dense_interval(counts, Design(level=LEVEL, width=width, looks=len(xs))) <= width + 1e-9:
-                    dense = len(xs) * n if dense is None else min(dense, len(xs) * n)
-                    break
-                n *= 2
-        cost = sum(n * len(points) for n, points in looked.items())  # one store per count
-        ratios.append(dense / cost if dense else np.inf)
-        print(f"seed {seed}: adaptive {found.points} points, counts up to {found.max_n}: {cost}, "
-              f"[{found.low:.4f}, {found.high:.4f}]; dense {dense}; ratio {ratios[-1]:.1f}")
-    print(f"median ratio {np.median(ratios):.1f}, min {min(ratios):.1f}, max {max(ratios):.1f}")
+def closed_form_draws(seeds: int, cases: list[str]) -> None:
+    """The comparison on exact Bernoulli draws from the limit's closed form, over seeds, for the
+    design before (`Design.legacy`) and now, on the same draws. Per search: its cost (one store
+    per count), the dense grid of spacing W at the search's final count per point (the search
+    page's comparison) and the cheapest dense grid that reaches the width (spacing W or W / 2,
+    counts 800 x 2^k up to 2^15, its points' tests at alpha / points), and whether the interval
+    holds the closed form's crossing."""
+    from scipy.optimize import brentq
+
+    from tokensweep.pipeline.report.search_page import dense_cost
+
+    for name in cases:
+        d, lo, hi, k, n0, width = CASES[name]
+        truth = brentq(lambda b, d=d: theory.antipodal_probability(b, d) - LEVEL, theory.beta_c(d) + 1e-9, 4.0)
+        probability = functools.cache(lambda x, d=d: theory.antipodal_probability(x, d))
+        start = np.round(np.linspace(lo, hi, k), 9).tolist()
+
+        def draws(seed, x, n, probability=probability):
+            rng = np.random.default_rng([seed, int(round(x * 1e9))])
+            return rng.random(n) < probability(x)
+
+        print(f"case {name}: d = {d}, beta in [{lo:g}, {hi:g}], {k} starting points of {n0}, "
+              f"width {width:g}, level {LEVEL:g}; closed-form crossing {truth:.4f}; {seeds} seeds")
+        reach = [reaching_dense(seed, draws, lo, hi, width) for seed in range(seeds)]
+        for legacy in (True, False):
+            costs, at_final, reached, covered = [], [], [], 0
+            for seed in range(seeds):
+                looked = {}  # n -> points looked at with n trajectories: the search's store of n
+
+                def evaluate(pts, n, looked=looked, seed=seed):
+                    looked.setdefault(n, set()).update(pts)
+                    return {x: (int(draws(seed, x, n).sum()), n) for x in pts}
+                found = search(evaluate, start, n0, Design(level=LEVEL, width=width, legacy=legacy))
+                cost = sum(n * len(points) for n, points in looked.items())  # one store per count
+                costs.append(cost)
+                at_final.append(dense_cost(lo, hi, width, found.max_n) / cost)
+                reached.append(reach[seed] / cost if reach[seed] else np.inf)
+                covered += found.status == "ok" and found.low <= truth <= found.high
+            print(f"  {'before' if legacy else 'now':>6}: cost median {np.median(costs):.0f} "
+                  f"(min {min(costs)}, max {max(costs)}); dense at its final count / cost: median "
+                  f"{np.median(at_final):.1f}, min {min(at_final):.1f}; cheapest dense reaching the "
+                  f"width / cost: median {np.median(reached):.1f}, min {min(reached):.1f}; "
+                  f"{covered} of {seeds} intervals hold the crossing")
+
+
+def reaching_dense(seed, draws, lo: float, hi: float, width: float) -> int | None:
+    """The cheapest dense grid (spacing W or W / 2, counts 800 x 2^k up to 2^15) reaching width W."""
+    dense = None
+    for spacing in (width, width / 2):
+        xs = np.round(np.arange(lo, hi + spacing / 2, spacing), 9).tolist()
+        full = {x: draws(seed, x, 2**15) for x in xs}
+        n = 800
+        while n <= 2**15:
+            counts = {x: (int(full[x][:n].sum()), n) for x in xs}
+            if dense_interval(counts, Design(level=LEVEL, width=width, looks=len(xs))) <= width + 1e-9:
+                dense = len(xs) * n if dense is None else min(dense, len(xs) * n)
+                break
+            n *= 2
+    return dense
 
 
 if __name__ == "__main__":
@@ -139,9 +174,12 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--folder", default=None, help="where the stores go (again: resume)")
     parser.add_argument("--closed-form-draws", type=int, default=0, metavar="SEEDS",
-                        help="instead: the comparison on exact draws from the closed form")
+                        help="instead: the comparison on exact draws from the closed form, "
+                        "before and now (its own widths: --case)")
+    parser.add_argument("--case", action="append", choices=list(CASES),
+                        help="with --closed-form-draws: these cases only (default: all)")
     args = parser.parse_args()
     if args.closed_form_draws:
-        closed_form_draws(args.width, args.closed_form_draws)
+        closed_form_draws(args.closed_form_draws, args.case or list(CASES))
     else:
         main(args.width, args.workers, args.folder)

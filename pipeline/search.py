@@ -14,7 +14,14 @@ aims at a bracket SHRINK = 4 times narrower, but never narrower than the width: 
 max(width, (b - a) / 4), and looks at two new points x^ -+ 0.45 s, with the trajectory count
 raised (doubling from the spec's) to the N that decides a point at 0.45 s from the crossing,
 z sqrt(p (1 - p)) / (|P'| sqrt(N)) = 0.45 s. Both decided, the bracket is 0.9 s wide; one
-undecided, it still shrinks, and the next round re-aims. Before a slope is seen (both ends
+undecided, it still shrinks, and the next round re-aims. Two rules for first looks that are few
+and coarse (issue 25): a round before the last raises N at most GROWTH = 2 times (the slope of a
+wide bracket's line is a secant that underestimates the local slope, and the N it asks for is
+mostly spent on points the next round leaves behind); and once the bracket is narrower than twice
+the width, a single point of [b - 0.98 w, a + 0.98 w], the one farthest from x^, ends the search
+whatever its sign, at the N that decides it there: cheaper than a pair when it is at least
+SINGLE_MIN = 0.32 widths from x^ (cost ~ 1 / distance^2: one point at 0.32 w against two at
+0.45 w), otherwise the pair. Before a slope is seen (both ends
 only), the round looks at the midpoint (bisection). When nothing planned can be decided at N, N
 doubles (up to `max_trajectories`). Why this design:
 
@@ -71,6 +78,9 @@ OUTCOMES = {
 }
 SHRINK = 4  # each round aims at a bracket this many times narrower (never below the width)
 FINAL_SPAN = 0.9  # the pair's distance, in spans: both decided, the bracket is narrower than aimed at
+GROWTH = 2  # a round before the last raises N at most this many times (module docstring)
+SINGLE_REACH = 0.98  # a single point's bracket: at most this many widths
+SINGLE_MIN = 0.32  # a single point nearer x^ than this many widths costs more than a pair
 KEY_DIGITS = 9  # design points are rounded to this many decimals: stable keys and spec values
 
 Counts = dict[float, tuple[int, int]]  # x -> (k, N): k of the first N trajectories show the outcome
@@ -86,6 +96,7 @@ class Design:
     confidence: float = 0.95
     max_trajectories: int = 2**17
     looks: int = 64
+    legacy: bool = False  # the rounds of 2026-11-26 (no single point, no cap on N): the benchmark's before
 
     @property
     def z_level(self) -> float:
@@ -167,8 +178,15 @@ def search(evaluate: Evaluate, start: list[float], n0: int, design: Design,
         inside = {x for x in looked if a < x < b}  # all undecided: decided points move a or b
         x_hat, slope = _local_line(counts, a, b, design.level)
         span = max(design.width, (b - a) / SHRINK)
-        if slope > 0:  # a pair about the estimated crossing, at the count that decides it
-            n = _count_for(slope, n, design, FINAL_SPAN * span / 2)
+        single = None if design.legacy or slope <= 0 else _single(x_hat, a, b, design.width)
+        if single is not None:  # one point that ends the search, at the count that decides it
+            c, distance = single
+            n = _count_for(slope, n, design, distance)
+            plan = [c]
+        elif slope > 0:  # a pair about the estimated crossing, at the count that decides it
+            needed = _count_for(slope, n, design, FINAL_SPAN * span / 2)
+            coarse = span > design.width and not design.legacy  # not the last round yet
+            n = min(needed, GROWTH * n) if coarse else needed
             plan = _final_pair(x_hat, a, b, FINAL_SPAN * span)
         else:  # no slope seen yet: bisection
             plan = _candidates(a, b, inside)
@@ -186,6 +204,19 @@ def search(evaluate: Evaluate, start: list[float], n0: int, design: Design,
         look(fresh)
         a, b = _bracket(signs, signs[lo])
     return _finish(out, counts, looked, a, b)
+
+
+def _single(x_hat: float, a: float, b: float, width: float) -> tuple[float, float] | None:
+    """The point that ends the search once decided, and its distance from x_hat: a point of
+    [b - w, a + w] (either sign leaves a bracket narrower than w), the one farthest from x_hat;
+    None when that interval is empty or its farthest point is nearer than SINGLE_MIN widths."""
+    lo, hi = b - SINGLE_REACH * width, a + SINGLE_REACH * width
+    if lo > hi:
+        return None
+    c = lo if abs(lo - x_hat) >= abs(hi - x_hat) else hi
+    if abs(c - x_hat) < SINGLE_MIN * width or not a < key(c) < b:
+        return None
+    return key(c), abs(c - x_hat)
 
 
 def _local_line(counts: Counts, a: float, b: float, level: float) -> tuple[float, float]:

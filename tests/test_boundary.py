@@ -57,6 +57,31 @@ def test_search_covers_the_crossing_and_reaches_the_width():
     assert misses <= 5
 
 
+def test_few_coarse_first_looks_cost_less_and_still_cover():
+    """Issue 25's case: four starting points of 400 over [0, 5], width 0.2. Against the design of
+    2026-11-26 (`legacy`) on the same draws: no more trajectories in median, each interval still
+    covers, and a dense grid of spacing 0.2 at the search's final count costs >= 5x in median."""
+    from tokensweep.pipeline.report.search_page import dense_cost
+
+    truth, start = crossing(LEVEL), np.linspace(0.0, 5.0, 4).round(9).tolist()
+    costs, ratios, misses = {True: [], False: []}, [], 0
+    for seed in range(20):
+        for legacy in (True, False):
+            looked = {}  # n -> points looked at with n trajectories (one store per count)
+
+            def evaluate(points, n, looked=looked, draw=bernoulli(seed)):
+                looked.setdefault(n, set()).update(points)
+                return draw(points, n)
+            found = search(evaluate, start, 400, Design(level=LEVEL, width=0.2, legacy=legacy))
+            assert found.status == "ok" and found.high - found.low <= 0.2
+            costs[legacy].append(sum(n * len(points) for n, points in looked.items()))
+        ratios.append(dense_cost(0.0, 5.0, 0.2, found.max_n) / costs[False][-1])
+        misses += not found.low <= truth <= found.high
+    assert misses <= 5  # as above: P(6 or more misses of 20) < 0.003 at coverage 0.95
+    assert np.median(costs[False]) < np.median(costs[True])
+    assert np.median(ratios) >= 5
+
+
 def test_search_is_a_function_of_the_counts():
     design = Design(level=LEVEL, width=0.1)
     a, b = (search(bernoulli(3), [0.5, 2.5], 200, design) for _ in range(2))
