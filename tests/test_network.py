@@ -314,3 +314,31 @@ def test_random_weights_beside_the_stochastic_transformer_table():
     assert re.match(r"yes; -1 (attracts|does not attract) at this beta", cells[8])
     assert table_rows([{**row, "network_near": 0.0}], ["cell"])[0][8].startswith("no; ")
     assert stochastic_section(ReportInput(ds, sweep.model_copy(update={"law": "pretrained"}), None)).lines == []
+
+
+def test_random_weights_figure_draws_the_rows_numbers():
+    """network_stochastic.png draws, per cell, the network's mean curve over prompts (layer 0: the
+    starts), the fitted sphere flow and the stochastic transformer read on the matched clock."""
+    import xarray as xr
+
+    from tokensweep.pipeline.models.network.fit import particle_curve
+    from tokensweep.pipeline.report.network_theory import beside_stochastic, plot
+
+    sweep = spec(architecture="gpt2", size="tiny", passes=2, grid={"n": 10})
+    mean = np.array([[0.2, 0.35, 0.5, 0.6], [0.22, 0.33, 0.52, 0.58]])
+    hist = np.zeros((2, 4, 20), dtype=np.int32)
+    hist[..., 10] = 45
+    ds = xr.Dataset({"mean_overlap": (("n", "traj", "t"), mean[None]),
+                     "start_overlap": (("n", "traj"), np.full((1, 2), 0.1)),
+                     "overlap_hist": (("n", "traj", "t", "bin"), hist[None])},
+                    coords={"n": [10], "t": np.arange(1.0, 5.0), "bin": np.linspace(-0.95, 0.95, 20)})
+    row = beside_stochastic(ds, sweep, {"n": 0})
+    fig = plot([row], ["n = 10"], {}, None)
+    network, flow, stochastic = fig.axes[0].get_lines()
+    np.testing.assert_array_equal(network.get_xdata(), [0, 1, 2, 3, 4])
+    np.testing.assert_allclose(network.get_ydata(), [0.1, 0.21, 0.34, 0.51, 0.59])
+    fine = flow.get_xdata()
+    np.testing.assert_allclose(flow.get_ydata(), particle_curve(fine, 0.1, row["beta"], row["tau"], 10))
+    np.testing.assert_allclose(stochastic.get_ydata(),
+                               np.interp(row["clock"] * fine, row["sim"]["t"], row["sim"]["mean_overlap"]))
+    assert fine[0] == 0 and fine[-1] == 4
