@@ -148,21 +148,13 @@ def started_local_cluster():
     return _starting.result()
 
 
-def partitions_to_run(spec: dict, store: str) -> int:
-    """How many partitions a run of `spec` on `store` would compute at most (those not done,
-    and those a grown grid adds); a cap on the workers worth starting."""
-    from ..pipeline.errors import StoreError
-    from ..pipeline.plan import Plan
+def partitions_to_run(spec: dict, store: str, failed_only: bool = False) -> int:
+    """How many partitions a run of `spec` on `store` computes (`lifecycle.partitions_to_run`):
+    what decides where they run, and a cap on the workers worth starting."""
     from ..pipeline.spec.load import parse_sweep
-    from ..pipeline.store.cube import read_status
-    from ..pipeline.store.layout import DONE
+    from ..pipeline.store import lifecycle
 
-    planned = len(Plan(parse_sweep(spec)))
-    try:
-        status = read_status(store)
-    except (StoreError, OSError, ValueError, KeyError):  # no store yet, or one the flow will judge
-        return planned
-    return int((status != DONE).sum()) + max(0, planned - status.size)
+    return lifecycle.partitions_to_run(parse_sweep(spec), store, failed_only)
 
 
 def point_workers_at(scheduler: str, env: dict[str, str]) -> None:
@@ -198,7 +190,7 @@ def run_sweep(spec: dict, store: str, *, workers: int | None = None, scheduler: 
     """Run the sweep flow against one Prefect server (started here if none is configured);
     `report=False` skips the report (the rounds of `tokensweep boundary`)."""
     scheduler = resolve_scheduler(scheduler, scheduler_file)
-    pending = None if scheduler else partitions_to_run(spec, store)
+    pending = None if scheduler else partitions_to_run(spec, store, failed_only)
     if pending is not None and not runs_in_process(pending, spec, workers):
         start_worker_imports(spec)  # before Prefect's imports and its server: the workers import beside
     api_url = prepare_environment(scheduler)

@@ -174,27 +174,10 @@ def logs_to(log: Path, verbose: bool):
 # -- what a run would compute ----------------------------------------------------------------------
 
 def partitions_to_run(sweep, failed_only: bool = False) -> int:
-    """How many partitions `run` computes on the sweep's store: every one of a new store; on an
-    existing one those not done (or, `failed_only`, the failed ones); on a store the spec grows
-    (`pipeline/store/grow.py`), every partition of the grown plan but the done ones the grow carries
-    over: those whose cell and trajectory range it keeps (an old partial last block is
-    computed whole)."""
-    from ...pipeline.plan import Plan
-    from ...pipeline.store import location
-    from ...pipeline.store.cube import read_status, stored_sweep
-    from ...pipeline.store.layout import DONE, FAILED
+    """How many partitions `run` computes on the sweep's store (`lifecycle.partitions_to_run`)."""
+    from ...pipeline.store import lifecycle
 
-    plan = Plan(sweep)
-    if not location.exists(f"{str(sweep.store).rstrip('/')}/zarr.json"):
-        return len(plan)
-    flat, old = read_status(sweep.store), stored_sweep(sweep.store)
-    if old.trajectories == sweep.trajectories and old.axes == sweep.axes:  # no growth
-        return int((flat == FAILED).sum() if failed_only else (flat != DONE).sum())
-    done = (flat == DONE).reshape(-1, Plan(old).n_blocks)  # (cells, blocks)
-    carried = int(done.sum())
-    if old.trajectories % old.partition_traj and sweep.trajectories != old.trajectories:
-        carried -= int(done[:, -1].sum())  # a partial last block grows: computed whole
-    return len(plan) - carried
+    return lifecycle.partitions_to_run(sweep, sweep.store, failed_only)
 
 
 def local_problem(sweep) -> Optional[str]:
