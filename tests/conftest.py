@@ -47,12 +47,19 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 SERVER_FIXTURES = {"prefect_server", "dask_client", "dask_cluster"}
 
 
+def daemon_tier(item) -> bool:
+    return bool(item.get_closest_marker("postgres") or item.get_closest_marker("slurm"))
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        daemon_tier = item.get_closest_marker("postgres") or item.get_closest_marker("slurm")
-        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and not daemon_tier:
-            item.add_marker(pytest.mark.slow)  # a daemon's tier runs alone, with its own daemon
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and not daemon_tier(item):
+            item.add_marker(pytest.mark.slow)  # a daemon's tier starts servers of its own
+    # the daemons' tests are the longest (minutes each): first, so that when CI runs them with
+    # the slow tier on two processes (--dist worksteal) the rest fills the other process
+    # rather than one of them running last, alone
+    items.sort(key=lambda item: not daemon_tier(item))
 
 
 SPECS = Path(__file__).parent / "specs"
