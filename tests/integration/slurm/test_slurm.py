@@ -109,7 +109,8 @@ def wait_until(check, timeout: float, what: str):
 
 def test_cancelled_job_ctrl_c_and_rerun_give_the_local_cube(tmp_path, write_spec, prefect_server):
     spec = copy.deepcopy(SLOW)
-    # 24 partitions of ~2.5 s each on a quiet core: the sweep must outlast the kill, the
+    # 24 partitions of ~2.5 s each on a quiet core (CI runs this beside the slow tier: the local
+    # run and the rerun get 600 s): the sweep must outlast the kill, the
     # replacement job's start and the Ctrl-C (8 partitions of 0.15 s ended before it on a quiet machine)
     spec.update(name=NAME, trajectories=36, partition_traj=3,
                 time={**SLOW["time"], "layers": 6_000_000})
@@ -122,7 +123,7 @@ def test_cancelled_job_ctrl_c_and_rerun_give_the_local_cube(tmp_path, write_spec
 
     local = subprocess.run([TOKENSWEEP, "run", str(spec_path), "--store", str(tmp_path / "local.zarr"),
                             "--workers", "2", "--no-progress"],
-                           capture_output=True, text=True, env=local_env, timeout=300)
+                           capture_output=True, text=True, env=local_env, timeout=600)
     assert local.returncode == 0, local.stdout + local.stderr
 
     store, log = tmp_path / "slurm.zarr", tmp_path / "run.out"
@@ -157,7 +158,7 @@ def test_cancelled_job_ctrl_c_and_rerun_give_the_local_cube(tmp_path, write_spec
         left = not_done(store)
 
         rerun = subprocess.run([TOKENSWEEP, "rerun", str(store), *BATCH, "--no-progress"],
-                               capture_output=True, text=True, env=env, timeout=300)
+                               capture_output=True, text=True, env=env, timeout=600)
         assert rerun.returncode == 0, rerun.stdout + rerun.stderr
         # every job ended with the sweep: cancelled by tokensweep (not by the `finally` below)
         shots.append(("after the rerun", squeue()))
