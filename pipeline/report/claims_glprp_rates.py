@@ -2,7 +2,8 @@ r"""The claims of [GLPR-P] about how long clustering takes (`claims`): one clust
 d >= 3 (Thm 6.1), the exponential rate of a start in an open hemisphere (Thm 6.3 / Lemma 6.4), the
 USA equiangular ODE (6.10) with its late rate 2 e^beta (Thm 6.8; `claims_glprp`'s checks, named for
 USA) and the escape from the beta = 0 antipodal saddle in a time log(1/eps) / 2 (Thm 4.1 / App. A;
-`saddle_escape`).
+`saddle_escape`); with `claims_glprp_regions`' checks (Thm 5.1's tau*_beta and Fig. 6's g on two
+USA tokens).
 
 Thm 6.1 ([MTG17, CRMB24]): for SA or USA with Q = K = V = I, n >= 2, d >= 3 and any beta >= 0,
 almost every start converges to one cluster. Judged on every trajectory of the cells with d >= 3:
@@ -37,6 +38,7 @@ from ..plugin import ReportInput
 from .claims import FAILS, HOLDS, NOT_MET, Claim, every_trajectory, not_checked, number
 from .claims_common import cell_labels, trajectories
 from .claims_glprp import equiangular, equiangular_rate
+from .claims_glprp_regions import CLAIMS as REGIONS
 from .tables import fmt
 
 __all__ = ["CLAIMS", "rate_bound", "late_rate", "saddle_escape", "LATE", "RATE_LEVEL"]
@@ -218,4 +220,5 @@ CLAIMS = {
     "geshkovski2023-saddle-escape": (saddle_escape,),
     "geshkovski2023-equiangular-usa": (usa_overlaps, usa_rate),
     "geshkovski2023-hemisphere-rate": (hemisphere_rate,),
+    **REGIONS,  # Thm 5.1's tau*, Fig. 2's proven regions (claims_glprp_regions)
 }

@@ -8,6 +8,7 @@ by family:
     deterministic  the deterministic flows: equiangular ODEs, t*, Wendel's hemisphere probability,
                    the causal solutions
     sharp          the sharp configurations of n points on S^(d-1) (their overlaps)
+    regions        [GLPR-P]'s proven single-cluster regions (Fig. 2) and Thm 5.1's tau*_beta, g(tau)
 
 The T = infinity forms are re-exported here (``theory.antipodal_probability``); the others are
 imported from their modules. The modules import one another directly, never this package.
