@@ -23,6 +23,7 @@ from tokensweep.pipeline.analysis.boolean_rate import window_size
 from tokensweep.pipeline.report.horizon import MAX_CELLS as HORIZON_CELLS
 from tokensweep.pipeline.spec.load import load_sweep
 from tokensweep.pipeline.spec.scales import scales_of
+from tokensweep.pipeline.theory.regions import proven_theorems
 
 CATALOG = Path(__file__).parent.parent / "catalog"
 ENTRIES = sorted(p.stem for p in CATALOG.glob("*.yaml"))
@@ -119,6 +120,9 @@ def expected_sections(sweep) -> list[str]:
         out.append("## Causal token-2 overlap against its ODE")
     if sweep.init.kind == "uniform" and model.closed_form_attention(sweep):
         out.append("## Open hemisphere")
+        if len(sweep.grid.beta) > 1 and sweep.grid.rho0 is None and not all(
+                proven_theorems(b, d, n) for b in sweep.grid.beta for d in sweep.grid.d for n in sweep.grid.n):
+            out.append("## Proven single-cluster regions")  # [GLPR-P] Fig. 2 over the measured diagram
     return out
 
 

@@ -7,6 +7,10 @@ pipeline/theory/regions.py), on tiny cubes computed by the real kernels:
 * the same overlaps read as beta = 6 (a wrong beta) fail both: the speed is not beta = 6's, and its
   peak near 0.675 is not next to tau*_6 = 0.4024;
 * SA is outside the claim (the speed is USA's).
+
+Fig. 2's proven regions on a (beta, n) grid in d = 2: beta = 1 is Thm 4.3's, beta = 2 Thm 5.1's for
+n = 3 only; every start of the 4 per cell in one cluster by T = 100 (holds), none by T = 0.5 (fails);
+V = -I is outside the theorems.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from test_claims_f26_flow import checked
 from tokensweep.pipeline.analysis.stats import stored_spec
 from tokensweep.pipeline.plugin import ReportInput
 from tokensweep.pipeline.report.claims import FAILS, HOLDS, NOT_MET
-from tokensweep.pipeline.report.claims_glprp_regions import tau_star_claim, two_token_speed_claim
+from tokensweep.pipeline.report.claims_glprp_regions import proven_region_claim, tau_star_claim, two_token_speed_claim
+from tokensweep.pipeline.report.figures import plt
+from tokensweep.pipeline.report.regions import plot_proven, proven_section, proven_table
 from tokensweep.pipeline.store.cube import open_cube
 from tokensweep.pipeline.theory.regions import hessian_g, tau_star, thm51_beta, two_token_speed
 
@@ -59,3 +65,41 @@ def test_speed_and_tau_star_hold_at_their_beta_and_fail_at_a_wrong_one(tmp_path)
 def test_sa_is_outside_the_claim(tmp_path):
     spec = entry("geshkovski2023-tau-star", **{**SMALL, "attention": "sa"})
     assert checked(tau_star_claim, spec, tmp_path).verdict == NOT_MET
+
+
+# ---------------------------------------------------------------------------------------------
+# Fig. 2's proven regions (pipeline/report/regions.py) on a (beta, n) diagram in d = 2
+
+
+def fig2(tmp_path, T: float, **changes):
+    spec = entry("geshkovski2023-fig2", **{"trajectories": 4, "grid": {"beta": [1.0, 2.0], "d": 2, "n": [3, 4]},
+                                           "time": {"T": T, "layers": int(round(10 * T)), "checkpoints": 1}, **changes})
+    with open_cube(cube(spec, tmp_path)) as ds:
+        ds = ds.compute()
+    return ReportInput(ds, stored_spec(ds), tmp_path, 0.95)
+
+
+def test_proven_regions_table_figure_and_claim(tmp_path):
+    # beta = 1: Thm 4.3 (d = 2, beta <= 1) for n = 3, 4; beta = 2: Thm 5.1 for n = 3 (2 > 1.41), none for n = 4 (< 3.46)
+    report = fig2(tmp_path, 100.0)
+    table = proven_table(report.ds)
+    assert table.theorems.sel(d=2).values.tolist() == [["Thm 4.3", "Thm 4.3"], ["Thm 5.1", ""]]
+    assert (table.one == 4).all() and (table.n_traj == 4).all()  # at T = 100 every start has merged
+    claim = proven_region_claim(report)
+    assert claim.verdict == HOLDS and claim.measured.startswith("12 of 12")  # the three proven cells
+    assert "Thm 4.3 8/8; Thm 5.1 4/4" in claim.detail and "beta = 2, d = 2, n = 4: 4/4" in claim.detail
+    fig = plot_proven(table, report.ds.attrs, None)
+    ax = fig.axes[0]
+    framed = sorted((round(p.get_x() + 0.5), round(p.get_y() + 0.5)) for p in ax.patches)
+    assert framed == [(0, 0), (0, 1), (1, 0)]  # (beta index, n index) of the proven cells
+    assert sorted(t.get_text() for t in ax.texts) == ["1.00", "1.00\n4.3", "1.00\n4.3", "1.00\n5.1"]
+    plt.close(fig)
+    part = proven_section(report)
+    assert "## Proven single-cluster regions ([GLPR-P] Fig. 2)" in part.lines and "proven_regions" in part.figures
+
+
+def test_proven_regions_fail_before_the_merge_and_need_the_plain_flow(tmp_path):
+    early = proven_region_claim(fig2(tmp_path, 0.5))  # half a unit: no uniform start of 3 or 4 points has merged
+    assert early.verdict == FAILS and early.measured.startswith("0 of 12")
+    repelling = proven_region_claim(fig2(tmp_path, 0.5, value="minus_identity"))
+    assert repelling.verdict == NOT_MET

@@ -314,11 +314,13 @@ class SphereFlow(Model):
         return np.full(shape, 1.0 if kind in ("hemisphere", "equiangular") else np.nan)
 
     def sections(self, sweep):
-        from ..report import clustering, overlaps  # here, not above: workers never draw (matplotlib, scipy.stats)
+        # here, not above: workers never draw (matplotlib, scipy.stats)
+        from ..report import clustering, overlaps, regions
 
         return [clustering.merge_section, clustering.cluster_count_section,
                 clustering.hemisphere_section, clustering.equiangular_section,
-                overlaps.tracking_section, overlaps.token2_section, overlaps.sharp_section]
+                overlaps.tracking_section, overlaps.token2_section, overlaps.sharp_section,
+                regions.proven_section]
 
 
 def kernel_start(start: Start):

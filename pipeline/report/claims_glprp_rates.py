@@ -3,7 +3,7 @@ d >= 3 (Thm 6.1), the exponential rate of a start in an open hemisphere (Thm 6.3
 USA equiangular ODE (6.10) with its late rate 2 e^beta (Thm 6.8; `claims_glprp`'s checks, named for
 USA) and the escape from the beta = 0 antipodal saddle in a time log(1/eps) / 2 (Thm 4.1 / App. A;
 `saddle_escape`); with `claims_glprp_regions`' checks (Thm 5.1's tau*_beta and Fig. 6's g on two
-USA tokens).
+USA tokens, Fig. 2's proven regions).
 
 Thm 6.1 ([MTG17, CRMB24]): for SA or USA with Q = K = V = I, n >= 2, d >= 3 and any beta >= 0,
 almost every start converges to one cluster. Judged on every trajectory of the cells with d >= 3:

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis.stats import grid_dims
 from ..models import get_model
 from ..plugin import ReportInput
 from ..theory.regions import hessian_g, tau_star, thm51_beta, two_token_speed
-from .claims import FAILS, HOLDS, NOT_MET, Claim, cells_claim, not_checked
+from .claims import FAILS, HOLDS, NOT_MET, Claim, cells_claim, every_trajectory, not_checked
 from .claims_common import trajectories
+from .regions import proven_table, region_hypothesis
 from .tables import fmt
 
 __all__ = ["CLAIMS", "measured_speeds", "speed_bound", "SPEED_MARGIN", "MIN_TAU"]
@@ -144,6 +146,49 @@ def tau_star_claim(report: ReportInput, claim: str, expected: str) -> Claim:
                  f"{float(thm51_beta(4)):.3g} for n = 4 (theory.regions.thm51_beta)")
 
 
+def proven_region_claim(report: ReportInput) -> Claim:
+    """Fig. 2: every start in a cell of a proven region ends in one cluster (`regions.proven_table`);
+    judged on every trajectory of those cells at T (a finite T can only fall short), the cells outside
+    every region shown beside."""
+    claim = "one cluster inside Fig. 2's proven regions (Thms 4.1, 4.3, 5.1, 6.1)"
+    source = "[GLPR-P] Fig. 2"
+    expected = "n_clusters = 1 at T on every trajectory of every cell a theorem covers"
+    why = region_hypothesis(report)
+    if why is not None:
+        return Claim(claim, source, "—", expected, NOT_MET, why)
+    table = proven_table(report.ds)
+    ok, counts, inside, outside = [], [], {}, []
+    for label, coords, values in cells(report.ds):
+        theorems = str(table.theorems.sel(coords).item())
+        one = values == 1
+        if theorems:
+            ok.append(one)
+            counts.append(values)
+            for name in theorems.split(", "):
+                k, m = inside.get(name, (0, 0))
+                inside[name] = (k + int(one.sum()), m + one.size)
+        else:
+            outside.append(f"{label}: {int(one.sum())}/{one.size}")
+    if not ok:
+        return Claim(claim, source, "no cell in a proven region", expected, NOT_MET,
+                     "the grid has no cell a theorem covers")
+    out = every_trajectory(claim, source, expected, np.concatenate(ok), np.concatenate(counts), "cluster count at T")
+    return out.with_detail(f"T = {table.attrs['T']:g}; per theorem: " +
+                           "; ".join(f"{name} {k}/{m}" for name, (k, m) in sorted(inside.items())) +
+                           f"; outside every region: {'; '.join(outside) if outside else 'none'}; " + out.detail)
+
+
+def cells(ds):
+    """(label, coords over beta, d, n, the counted trajectories' final cluster counts) per cell."""
+    dims = grid_dims(ds)
+    for idx in np.ndindex(*[ds.sizes[d] for d in dims]):
+        coords = {d: ds[d].values[i].item() for d, i in zip(dims, idx)}
+        label = ", ".join(f"{d} = {v:g}" for d, v in coords.items())
+        full = {a: coords.get(a, np.atleast_1d(ds[a].values)[0].item()) for a in ("beta", "d", "n")}
+        yield label, full, trajectories(ds, "n_clusters", coords)[:, -1]
+
+
 CLAIMS = {
     "geshkovski2023-tau-star": (two_token_speed_claim, tau_star_claim),
+    "geshkovski2023-fig2": (proven_region_claim,),
 }
