@@ -103,3 +103,10 @@ def test_proven_regions_fail_before_the_merge_and_need_the_plain_flow(tmp_path):
     assert early.verdict == FAILS and early.measured.startswith("0 of 12")
     repelling = proven_region_claim(fig2(tmp_path, 0.5, value="minus_identity"))
     assert repelling.verdict == NOT_MET
+
+
+def test_tau_star_not_judged_where_the_tokens_outrun_the_checkpoints(tmp_path):
+    # a checkpoint every 0.05 at beta = 2: near tau* the angle moves ~0.15 between checkpoints
+    spec = entry("geshkovski2023-tau-star", **{**SMALL, "time": {"T": 0.6, "layers": 600, "checkpoints": 12}})
+    sparse = checked(tau_star_claim, spec, tmp_path)
+    assert sparse.verdict.startswith("not checked") and "outrun the checkpoints" in sparse.measured
