@@ -11,12 +11,16 @@ tiny cubes computed by the real kernels, where its verdict is known:
   16 / 2^15, so none of 4 starts meets the hypothesis.
 * Thm 6.8 for USA, (6.10): the overlaps of an equiangular start on gamma(t) to RK4's error; the late
   rate 2 e^beta once gamma ~ 1, not while gamma ~ 0.45 (t = 0.6 at beta = 1, n = 4).
+* Problem 2 (open): with Ginibre Q, K, V the per-draw late rate concentrates from d = 8 to d = 128
+  (holds), not measurably from d = 8 to 10 (fails); fixed Q = K = V = I is outside the question.
 * Thm 4.1 / App. A: two tokens near the antipodal saddle at beta = 0 leave it at -artanh(rho0), slope
   1/2 in log(1/eps); the same overlaps on a clock twice as slow give slope 1 (fails); beta = 1 is
   outside the hypothesis.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 from test_claims import by_source, claims_of, cube, entry
@@ -115,3 +119,20 @@ def test_saddle_escape_takes_log_one_over_eps_over_two_and_a_slower_clock_fails(
     assert slow.verdict == FAILS and slow.measured.startswith("slope 1.00")
     flat = escape_claim(tmp_path, grid={"beta": 1.0, "d": 3, "n": 2, "rho0": [-0.9999, -0.99]})
     assert flat.verdict == NOT_MET
+
+
+def problem2(tmp_path, d, **changes):
+    spec = entry("geshkovski2023-problem2", **{"grid": {"beta": 1.0, "d": d, "n": 8}, **changes})
+    return by_source(claims_of(cube(spec, tmp_path)), "[GLPR-P] Problem 2")
+
+
+def test_problem2_rates_concentrate_from_d_8_to_128_not_from_8_to_10(tmp_path):
+    # Ginibre Q, K, V: the per-draw late rate spreads (sd ~0.4) at d = 8, far less at d = 128 (~0.1)
+    wide = problem2(tmp_path, [8, 128])
+    assert wide.verdict == HOLDS
+    low, high = (float(x) for x in re.search(r"sd of the rate ([\d.]+) at d = 8, ([\d.]+) at d = 128", wide.measured).groups())
+    assert high < low / 2
+    near = problem2(tmp_path, [8, 10])  # d barely grows: no significant narrowing
+    assert near.verdict == FAILS
+    fixed_matrices = problem2(tmp_path, [8, 128], qk="identity", value="identity")
+    assert fixed_matrices.verdict == NOT_MET

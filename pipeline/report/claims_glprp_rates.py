@@ -215,7 +215,47 @@ def saddle_escape(report: ReportInput) -> Claim:
                  expected, HOLDS if ok else FAILS, "; ".join(parts) + f"; {int((~use).sum())} not escaped by T")
 
 
+def random_matrices_rate(report: ReportInput) -> Claim:
+    """Problem 2 (open): do Thms 6.8-6.9 carry over to random Q, K, V as d grows? Per trajectory the
+    late rate of 1 - overlap_min (`late_rate`); judged: what carrying over needs, the rates
+    concentrating as d grows (their spread at the largest d below the smallest d's, Brown-Forsythe's
+    test at 1 %); the medians beside Thm 6.8's 2 are shown, not judged (no theorem says what they tend to)."""
+    from scipy import stats
+
+    ds, sweep = report.ds, report.sweep
+    claim = "Problem 2 (open): with random Q, K, V the late rate concentrates as d grows, as Thms 6.8-6.9's do"
+    source = "[GLPR-P] Problem 2"
+    expected = ("spread of the per-draw late rate of 1 - overlap_min smaller at the largest d than at the smallest "
+                "(Brown-Forsythe, p < 0.01); no limit is known: the medians beside Thm 6.8's 2 are measured")
+    if "d" not in ds.dims or ds.sizes["d"] < 2 or sweep.qk == "identity" or sweep.value == "identity":
+        return Claim(claim, source, f"d = {np.atleast_1d(ds.d.values).tolist()}, qk {sweep.qk}, value {sweep.value}",
+                     expected, NOT_MET, "needs random Q, K, V over several d")
+    rates, parts = {}, []
+    for label, coords, gap_min in cells(ds, "overlap_min"):
+        fits = np.array([late_rate(ds.t.values, 1.0 - row) for row in gap_min])
+        finite = fits[np.isfinite(fits[:, 0]), 0]
+        rest = tuple((k, v) for k, v in coords.items() if k != "d")  # beta, n: compared over d within each
+        rates.setdefault(rest, {}).setdefault(int(coords["d"]), []).append(finite)
+        q1, q2, q3 = np.percentile(finite, [25, 50, 75]) if finite.size else (np.nan,) * 3
+        parts.append(f"{label}: median {fmt(q2, 4)}, IQR {fmt(q3 - q1, 3)}, sd {fmt(np.std(finite, ddof=1), 3)} "
+                     f"over {finite.size} draws ({int(fits.shape[0] - finite.size)} never in the late regime)")
+    ok, measured = [], []
+    for rest, by_d in rates.items():
+        low, high = (np.concatenate(by_d[d]) for d in (min(by_d), max(by_d)))
+        if low.size < 3 or high.size < 3:
+            return Claim(claim, source, "fewer than 3 draws in the late regime", expected,
+                         not_checked("T too short for the late regime"), "; ".join(parts))
+        p_value = float(stats.levene(low, high, center="median").pvalue)
+        spread = (float(np.std(low, ddof=1)), float(np.std(high, ddof=1)))
+        ok.append(spread[1] < spread[0] and p_value < 0.01)
+        measured.append(", ".join(f"{k} = {v:g}" for k, v in rest) + f": sd of the rate {fmt(spread[0], 3)} at d = "
+                        f"{min(by_d)}, {fmt(spread[1], 3)} at d = {max(by_d)} (Brown-Forsythe p = {p_value:.2g})")
+    return Claim(claim, source, "; ".join(measured), expected, HOLDS if all(ok) else FAILS,
+                 "; ".join(parts) + "; an open problem: concentration is what carrying over needs, not a proof of it")
+
+
 CLAIMS = {
+    "geshkovski2023-problem2": (random_matrices_rate,),
     "geshkovski2023-one-cluster": (one_cluster_every_beta,),
     "geshkovski2023-saddle-escape": (saddle_escape,),
     "geshkovski2023-equiangular-usa": (usa_overlaps, usa_rate),
