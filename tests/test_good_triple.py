@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import stats
+from test_claims import claims_of, cube, entry
 
 from tokensweep.pipeline.plugin import ReportInput
-from tokensweep.pipeline.report.claims import HOLDS
+from tokensweep.pipeline.report.claims import FAILS, HOLDS, NOT_MET
 from tokensweep.pipeline.report.claims_glpre import GINIBRE_DRAWS, ginibre_good_share, share_verdict
 from tokensweep.pipeline.spec.load import parse_sweep, read_spec
 from tokensweep.pipeline.theory.good_triple import ginibre_leading_share, leading_real_positive_simple
@@ -43,3 +44,24 @@ def test_the_row_on_glpre_fig6_small():
     assert (of, int(draws)) == ("of", GINIBRE_DRAWS["small"]) and 0 < int(k) < int(draws), claim
     assert claim.verdict == HOLDS, claim
 
+
+def fig13_claims(tmp_path, **changes):
+    spec = entry("glpre-fig13", **{"trajectories": 4, "grid": {"beta": 1.0, "d": 3, "n": 8},
+                                   "time": {"T": 10.0, "layers": 100, "checkpoints": 2}, **changes})
+    return [c for c in claims_of(cube(spec, tmp_path)) if c.source == "[GLPR-E] Thm 4.1 / Figs. 13-14"]
+
+
+def test_fig13_planes_hold_on_a_good_triple(tmp_path):
+    """The entry's V (a simple top eigenvalue 1 above a complex pair) is a good triple: psi_1^T z
+    takes 1 to 3 values at T = 10 on every trajectory."""
+    planes, mostly = fig13_claims(tmp_path)
+    assert planes.verdict == HOLDS and planes.measured.startswith("4 of 4"), planes
+    assert mostly.verdict in (HOLDS, FAILS)  # judged (4 draws: the Wilson interval decides)
+
+
+def test_fig13_complex_leading_pair_is_outside_def_1(tmp_path):
+    """V with a leading complex pair 0.3 +- 1.2i (modulus 1.24 > 1): Def. 1 fails, so Thm 4.1's
+    conclusion is not judged; the cube's psi_1 count is -1 (undefined) on every trajectory."""
+    V = [[0.3, -1.2, 0.0], [1.2, 0.3, 0.0], [0.0, 0.0, 1.0]]
+    for claim in fig13_claims(tmp_path, V=V):
+        assert claim.verdict == NOT_MET and "0.3+1.2j" in claim.detail, claim

@@ -8,6 +8,8 @@ glpre-fig6 (Thm 4.1's figure), with `GINIBRE_DRAWS` draws per scale from the spe
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..analysis.boolean_rate import rate_table
@@ -16,8 +18,8 @@ from ..analysis.stats import closed_form as model_form
 from ..analysis.stats import done_finite
 from ..plugin import ReportInput
 from ..spec.scales import SCALES
-from ..theory.good_triple import GINIBRE_D, GINIBRE_SHARE, ginibre_leading_share
-from .claims import CELL_LEVEL, FAILS, HOLDS, Claim, cells_claim, not_checked
+from ..theory.good_triple import GINIBRE_D, GINIBRE_SHARE, ginibre_leading_share, good_triple
+from .claims import CELL_LEVEL, FAILS, HOLDS, NOT_MET, Claim, cells_claim, not_checked
 from .claims_common import fixed, per_trajectory
 from .tables import fmt
 
@@ -79,6 +81,23 @@ def mostly_two(source: str, what: str = "lines"):
     return check
 
 
+def on_good_triple(check):
+    """Thm 4.1's conclusion `check`, judged where the spec's one (Q, K, V) is a good triple (Def. 1,
+    `theory.good_triple`); `hypothesis not met` where it is not (a complex leading pair, a negative
+    or repeated leading eigenvalue, <Q φ_1, K φ_1> <= 0). A V drawn per trajectory is left to the
+    cube (the model stores -1 for a draw that is no good triple)."""
+    def judged(report: ReportInput) -> Claim:
+        claim, sweep = check(report), report.sweep
+        if isinstance(sweep.V, str) or sweep.heads != 1:
+            return claim
+        if good_triple(sweep.V, sweep.Q, sweep.K):
+            return claim
+        values = ", ".join(f"{v:.3g}" for v in sorted(np.linalg.eigvals(np.asarray(sweep.V, float)), key=abs)[::-1])
+        return replace(claim, verdict=NOT_MET,
+                       detail=f"Def. 1 fails for the spec's (Q, K, V): eigenvalues of V {values}")
+    return judged
+
+
 def share_verdict(k: int, n: int, share: float, precision: float = 0.005, level: float = CELL_LEVEL):
     """(verdict, low, high): `holds` when the Clopper-Pearson interval of k in n at `level` meets
     [share - precision, share + precision], a percentage read at its stated precision.
@@ -116,6 +135,13 @@ CLAIMS = {
     "glpre-fig6": (final("n_psi1_values", "tokens end on 2, at most 3, lines normal to ψ_1", "[GLPR-E] Fig. 6",
                          "2 or 3 distinct ψ_1 values on every trajectory", lambda v: (v >= 2) & (v <= 3),
                          "count"), mostly_two("[GLPR-E] Fig. 6"), ginibre_good_share),
+    "glpre-fig13": (on_good_triple(final("n_psi1_values", "R^3: tokens end on at most 3 planes normal to ψ_1",
+                                         "[GLPR-E] Thm 4.1 / Figs. 13-14", "1 to 3 distinct ψ_1 values on "
+                                         "every trajectory", lambda v: (v >= 1) & (v <= 3), "count")),
+                    on_good_triple(mostly_two("[GLPR-E] Thm 4.1 / Figs. 13-14", "planes"))),
+    "glpre-fig8": (fixed("the (x1, x2) projections of z cluster on a polytope", "[GLPR-E] Thm 5.1 / Fig. 8",
+                         "projected centres on the projected hull",
+                         "the cube's hull test uses all of z, not the projection the theorem is about"),),
     "glpre-boolean-d1": (final("attention_rank", "d = 1: P(t) tends to a Boolean matrix of rank ≤ 3",
                                "[GLPR-E] Thm 2.1 / Fig. 3", "rank of P(T) ≤ 3 on every trajectory",
                                lambda v: v <= 3, "rank"), boolean_slope),
