@@ -27,7 +27,7 @@ def test_every_catalog_entry_has_fingerprints():
 # Entries whose kernels compile variants no other quick test needs (recorded observables,
 # literal value matrices, equiangular starts...): 15-60 s each on a cold numba cache
 OWN_COMPILATION = {"geshkovski2023-energy", "fedorov2026-fig6", "geshkovski2023-equiangular",
-                   "geshkovski2023-fig5", "fedorov2026-value-laws"}
+                   "geshkovski2023-fig5", "fedorov2026-value-laws", "geshkovski2023-problem2"}
 # Real networks (torch, transformers, the packaged MiniLM loaded): seconds of import each
 NETWORKS = {entry.name for entry in tokensweep.catalog() if entry.model == "network"}
 
