@@ -118,10 +118,10 @@ def test_bad_flow_specs_are_refused_naming_the_field(base, changes, message):
 
 
 def test_new_catalog_specs_validate_and_name_their_model():
-    from conftest import NETWORK_ENTRIES, NETWORK_SKIP_REASON
+    from conftest import validates_here
 
     models = {p.stem: load_sweep(p).model for p in CATALOG.glob("*.yaml")
-              if not (NETWORK_SKIP_REASON and p.stem in NETWORK_ENTRIES)}  # those need their packages
+              if validates_here(p)}
     assert models["geshkovski2023-fig3"] == models["geshkovski2023-fig4"] == "sphere_flow"
     assert models["rst-hemisphere"] == models["rst-causal"] == "sphere_flow"
     assert models["glpre-fig6"] == "euclidean_flow"
