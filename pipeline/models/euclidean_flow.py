@@ -22,6 +22,7 @@ from ..plugin import Model
 from ..spec.base import Grid, refuse
 from ..spec.matrices import Matrix, as_array, check_fixes_d, per_head_matrices, square_matrix
 from ..spec.starts import Start, StartSweep, legacy_euclidean, starts_of
+from ..theory.good_triple import good_triple  # [GLPR-E] Def. 1: where psi_1 is defined
 from ._common import sphere_cell, time_arguments
 
 NAMED_V = ("identity", "minus_identity") + vocabulary.EUCLIDEAN_VALUE_ENSEMBLES
@@ -150,28 +151,6 @@ REDUCTIONS = {
                                                 "Boolean matrix", "1"),
 }
 FINAL_STATES = ("z_final", "P_final")
-
-
-def good_triple(V: np.ndarray, Q: np.ndarray, K: np.ndarray) -> bool:
-    """[GLPR-E]'s hyperplane condition: the eigenvalue lambda_1 of V of largest modulus is real,
-    positive and simple (no other of the same modulus), and <Q phi_1, K phi_1> > 0 for its
-    eigenvector phi_1. Only then does psi_1^T z_i converge to at most 3 values.
-
-    >>> good_triple(np.diag([1.0, -0.5]), np.eye(2), np.eye(2)), good_triple(np.diag([1.0, -2.0]), np.eye(2), np.eye(2))
-    (True, False)
-    >>> good_triple(np.diag([1.0, 0.5]), np.eye(2), -np.eye(2))
-    False
-    """
-    vals, vecs = np.linalg.eig(V)
-    order = np.argsort(-np.abs(vals))
-    top = vals[order[0]]
-    tol = 1e-9 * max(1.0, abs(top))
-    if abs(top.imag) > tol or top.real <= 0:
-        return False
-    if len(vals) > 1 and abs(vals[order[1]]) > abs(top) - tol:
-        return False
-    phi = np.real(vecs[:, order[0]])
-    return bool((Q @ phi) @ (K @ phi) > 0)
 
 
 def reduce_final_states(sweep, coords: dict, out: dict) -> dict:

@@ -11,7 +11,7 @@ probability exactly 1/2 and the share of good triples is half that of V.
 
 `ginibre_leading_share(d, draws, seed)` counts the draws V (i.i.d. N(0, 1) entries: the scale is
 irrelevant to (i)) that meet (i); `leading_real_positive_simple` is (i) on computed eigenvalues, with
-the tolerance of `models.euclidean_flow.good_triple` (LAPACK returns a real eigenvalue of a real
+a relative tolerance of 1e-9 (LAPACK returns a real eigenvalue of a real
 matrix with imaginary part exactly 0; a complex pair ties in modulus, so fails strictness).
 """
 
@@ -83,6 +83,10 @@ def good_triple(V, Q=None, K=None) -> bool:
     >>> good_triple(np.diag([1.0, -0.5])), good_triple(np.diag([1.0, 0.5]), np.eye(2), -np.eye(2))
     (True, False)
     >>> good_triple([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.5]])  # leading pair +-i
+    False
+    >>> good_triple(np.diag([1.0, -0.5]), np.eye(2), np.eye(2)), good_triple(np.diag([1.0, -2.0]), np.eye(2), np.eye(2))
+    (True, False)
+    >>> good_triple(np.diag([1.0, 0.5]), np.eye(2), -np.eye(2))
     False
     """
     V = np.asarray(V, float)
