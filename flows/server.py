@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +35,7 @@ QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": 
 DATABASE_ENV = "PREFECT_API_DATABASE_CONNECTION_URL"
 DATABASE_SCHEMES = ("postgresql+asyncpg://", "sqlite+aiosqlite://")
 START_TIMEOUT_S = 90.0
+START_ATTEMPTS = 3
 
 
 class ServerError(ValueError):
@@ -68,8 +70,13 @@ def configured_api_url() -> str | None:
     return str(url) if url else None
 
 
-def _free_port(preferred: int = 4200) -> int:
+PREFERRED_PORT = 4200  # Prefect's own default: the UI where users expect it, when free
+
+
+def _free_port(preferred: int | None = PREFERRED_PORT) -> int:
     for port in (preferred, 0):
+        if port is None:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -77,6 +84,25 @@ def _free_port(preferred: int = 4200) -> int:
             except OSError:
                 continue
     raise RuntimeError("no free port on 127.0.0.1")
+
+
+def _listens_on(pid: int, port: int) -> bool:
+    """Whether process `pid` (or a child of it) is the one listening on `port`.
+
+    A free port can be taken between choosing it and the server binding it (two commands
+    starting servers at once). The loser's server exits, but the health check at its URL is
+    answered by the winner's; without this check both commands would record one server."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        for process in (root, *root.children(recursive=True)):
+            if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
+                   for c in process.net_connections("tcp")):
+                return True
+    except psutil.Error:
+        return False
+    return False
 
 
 def recorded_server() -> dict | None:
@@ -111,45 +137,62 @@ def _start_lock():
         yield
 
 
-def start_server(port: int | None = None, database: str | None = None) -> str:
-    """Start a detached ``prefect server start`` on loopback and wait until healthy.
+def start_server(database: str | None = None) -> str:
+    """Start a detached ``prefect server start`` on loopback and wait until it is healthy.
 
     `database` (else ``PREFECT_API_DATABASE_CONNECTION_URL`` from the environment, else SQLite
-    under this server's PREFECT_HOME) is the server's database."""
+    under this server's PREFECT_HOME) is the server's database. Port 4200 when free, else
+    another; a port taken by someone else meanwhile is given up for a new one."""
     database = database or os.environ.get(DATABASE_ENV) or None
     if database:
         check_database(database)
-    port = port or _free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
+    preferred = PREFERRED_PORT
+    for _attempt in range(START_ATTEMPTS):
+        port = _free_port(preferred)
+        proc = _launch(port, database)
+        api_url = f"http://127.0.0.1:{port}/api"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            if healthy(api_url) and _listens_on(proc.pid, port):
+                state_file().write_text(json.dumps(
+                    {"api_url": api_url, "pid": proc.pid, "database": redacted(database)}))
+                return api_url
+            time.sleep(0.5)
+        lost_the_port = proc.poll() is not None and healthy(api_url)
+        _kill_group(proc)
+        if not lost_the_port:
+            break
+        preferred = None  # another process took it: any free port now
+    raise RuntimeError(
+        f"the Prefect server did not become healthy at {api_url} within {START_TIMEOUT_S:.0f} s; "
+        f"see {state_dir() / 'prefect-server.log'}"
+    )
+
+
+def _launch(port: int, database: str | None) -> subprocess.Popen:
     home = state_dir()
     (home / "prefect").mkdir(parents=True, exist_ok=True)
     prefect = shutil.which("prefect", path=str(Path(sys.executable).parent)) or "prefect"
     env = {**os.environ, **QUIET_ENV, "PREFECT_HOME": str(home / "prefect"),
            # the UI must call this server, not the default port's (another server may be there)
-           "PREFECT_UI_API_URL": api_url}
+           "PREFECT_UI_API_URL": f"http://127.0.0.1:{port}/api"}
     env.pop("PREFECT_API_URL", None)
     env.pop(DATABASE_ENV, None)
     if database:
         env[DATABASE_ENV] = database
     with open(home / "prefect-server.log", "ab") as log:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if healthy(api_url):
-            state_file().write_text(json.dumps(
-                {"api_url": api_url, "pid": proc.pid, "database": redacted(database)}))
-            return api_url
-        if proc.poll() is not None:
-            break
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(
-        f"the Prefect server did not become healthy at {api_url} within {START_TIMEOUT_S:.0f} s; "
-        f"see {home / 'prefect-server.log'}"
-    )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def stop_server() -> bool:

@@ -114,6 +114,47 @@ def test_serve_and_bare_prefect_commands_use_one_server(home, tmp_path):
     assert run_tokensweep("server", "stop", env_extra=home).stdout.strip() == "stopped"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_port_taken_while_the_server_starts_is_given_up_for_another(home, monkeypatch):
+    """CI's marked tiers once started two servers at once (two homes): both chose port 4200,
+    one server could not bind it and exited, and its command took the other's health answer
+    for its own, so two homes recorded one server on two databases. Here a Prefect-like health
+    endpoint takes the chosen port first: the server must move to another port and record
+    itself, not the impostor."""
+    import http.server
+    import threading
+
+    from tokensweep.flows import server
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    impostor = http.server.HTTPServer(("127.0.0.1", 0), Healthy)
+    taken = impostor.server_address[1]
+    threading.Thread(target=impostor.serve_forever, daemon=True).start()
+    real_free_port = server._free_port
+    monkeypatch.setattr(server, "_free_port",
+                        lambda preferred: taken if preferred else real_free_port(None))
+    for key in ("TOKENSWEEP_HOME", "PREFECT_API_URL", "PREFECT_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("TOKENSWEEP_HOME", home["TOKENSWEEP_HOME"])
+    try:
+        url = server.start_server()
+        port = int(url.split(":")[-1].split("/")[0])
+        assert port != taken
+        record = json.loads(server.state_file().read_text())
+        assert record["api_url"] == url and server._listens_on(record["pid"], port)
+        assert server.stop_server()
+    finally:
+        impostor.shutdown()
+
+
 def _lock(tmp_path, pid: int) -> Path:
     import socket
 
