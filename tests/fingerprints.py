@@ -4,7 +4,8 @@ For every catalog entry (small scale), the first and the last partition of its p
 simulated in this process (`execute.simulate_partition`: the kernels every sweep runs) and
 hashed: SHA-256 over each output's name, dtype, shape and bytes. The quick tier hashes the
 first `HEAD` trajectories of each (a trajectory's numbers do not depend on the partition it is
-computed in), the slow tier the whole partitions and the quickstart cube run end to end.
+computed in), the slow tier the whole partitions; the quickstart cube, run end to end by the
+catalog's test of its small entries, is compared whole (`cube_problem`).
 
 A path whose last bits depend on the CPU (the sphere flow's BLAS products differ by 1-3 ulp
 per step between AMD and Intel nodes) cannot be fingerprinted once for every machine, so the
@@ -96,6 +97,19 @@ def cube_digest(store) -> str:
     group = zarr.open_group(str(store), mode="r")
     return digest({name: array[...] for name, array in group.arrays()
                    if name not in ("started", "finished")})
+
+
+def cube_problem(store, name: str, record: dict) -> str | None:
+    """None when a whole stored cube of `name` has the recorded numbers, else what differs: the
+    digest on the CPU type it was recorded on, the per-output summaries within ROUNDING elsewhere."""
+    if cpu_key() in record.get("cube_by_cpu", {}):
+        want = record["cube_by_cpu"][cpu_key()][name]
+        return None if cube_digest(store) == want else f"cube/{name}: digest differs from {want[:16]}"
+    import zarr
+
+    group = zarr.open_group(str(store), mode="r")
+    out = {n: a[...] for n, a in group.arrays() if n not in ("started", "finished")}
+    return summaries_agree(summary(out), record["summaries"][f"cube/{name}"])
 
 
 def summary(outputs: dict[str, np.ndarray]) -> dict[str, list[float]]:

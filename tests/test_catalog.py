@@ -15,6 +15,7 @@ import re
 import time
 from pathlib import Path
 
+import fingerprints as fp
 import pytest
 import yaml
 
@@ -167,6 +168,8 @@ def test_small_entry_runs_and_reports(name, dask_cluster, tmp_path, monkeypatch)
         assert cells, f"{name}: no chi-square line"
         # z needs a theory strictly inside (0, 1): USA's hybrid dichotomy (0 or 1) has none
         assert int(cells[1]) == 0 or re.fullmatch(r"\d\.\d{3}", cells[2]), cells[0]
+    if name == "quickstart":  # the whole cube a new user's first run computes, unchanged
+        assert fp.cube_problem(sweep.store, name, fp.load()) is None
     with open_cube(sweep.store) as ds:
         for observable in getattr(sweep, "record", ()):
             assert observable in ds.data_vars, (name, observable)

@@ -123,6 +123,18 @@ def test_value_spectra_are_the_heads_value_matrices(checkpoints):
     assert out["value_lead_re"].shape == (1, 2 * heads)
 
 
+@pytest.mark.parametrize("beta, tau, n", [(2.0, 0.3, 16), (10.0, 2.0, 48), (40.0, 0.01, 10), (0.5, 5.0, 2)])
+def test_particle_curve_is_the_equiangular_flow(beta, tau, n):
+    """The fit's fast ODE (odeint, its right-hand side on floats) against the theory's solution
+    from gamma = 0 (`equiangular_gamma`, DOP853 to 1e-12), at unsorted and repeated layers."""
+    from tokensweep.pipeline.theory.deterministic import equiangular_gamma
+
+    layers = np.array([3.0, 0.0, 12.0, 3.0, 7.5, 1.0])
+    np.testing.assert_allclose(particle_curve(layers, 0.0, beta, tau, n),
+                               equiangular_gamma(tau * layers, beta, n), rtol=0, atol=1e-6)
+    assert (particle_curve(np.zeros(3), 0.4, beta, tau, n) == 0.4).all()
+
+
 def test_fit_recovers_the_particle_model():
     """Curves of the particle model itself (beta 2, 0.3 per layer) plus noise per prompt: the fit's
     interval holds the truth."""
