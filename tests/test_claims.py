@@ -13,6 +13,7 @@ T = 0.5 no pair has reached the antipodal end above beta_c(d), where the law say
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -160,6 +161,16 @@ def test_the_claims_table_is_on_the_page_in_the_summary_and_counted_by_the_index
     index = write_index(tmp_path).read_text()  # the summary is fresh: no second report
     assert (f'class="claims"><span class="ok">{counts["holds"]}</span> / <span class="bad">{counts["fails"]}</span> / '
             f'{counts["hypothesis not met"]} / {counts["not checked"]}</td>') in index
-    assert verdict_lines(tmp_path) == [f"geshkovski2023-energy: {counts['holds']} holds, {counts['fails']} fails, "
-                                       f"{counts['hypothesis not met']} hypothesis not met, "
-                                       f"{counts['not checked']} not checked"]
+    # per paper: this entry's claims cite [GLPR-P] only; a second copy of the store counts twice
+    assert {c["source"].split("]")[0] + "]" for c in summary["claims"]} == {"[GLPR-P]"}
+    line = (f"{counts['holds']} holds, {counts['fails']} fails, {counts['hypothesis not met']} hypothesis "
+            f"not met, {counts['not checked']} not checked")
+    assert verdict_lines(tmp_path) == [f"geshkovski2023-energy: {line}", f"[GLPR-P]: {line}"]
+    assert (f'<td style="text-align:left">[GLPR-P]</td><td class="ok">{counts["holds"]}</td>'
+            f'<td class="bad">{counts["fails"]}</td>') in index
+    shutil.copytree(store, tmp_path / "copy" / store.name)
+    shutil.copytree(f"{store}.report", tmp_path / "copy" / f"{store.name}.report")
+    twice = {kind: 2 * n for kind, n in counts.items()}
+    assert verdict_lines(tmp_path)[-1] == (f"[GLPR-P]: {twice['holds']} holds, {twice['fails']} fails, "
+                                           f"{twice['hypothesis not met']} hypothesis not met, "
+                                           f"{twice['not checked']} not checked")

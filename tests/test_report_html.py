@@ -203,10 +203,15 @@ def test_index_lists_every_store_and_rewrites_only_stale_reports(reports, stores
     index = stores / "index.html"
     result = subprocess.run([TOKENSWEEP, "report", "--index", str(stores)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    printed = result.stdout.splitlines()  # the index, then each store's claim verdicts
-    assert printed[0] == f"index: {index}" and [line.split(":")[0] for line in printed[1:]] == ["resolved", "rough"]
+    printed = result.stdout.splitlines()  # the index, each store's claim verdicts, then each paper's
+    assert printed[0] == f"index: {index}" and [line.split(":")[0] for line in printed[1:3]] == ["resolved", "rough"]
     assert all(re.fullmatch(r"\w+: 1 holds, 0 fails, 0 hypothesis not met, 0 not checked", line) or
-               re.fullmatch(r"\w+: 0 holds, 1 fails, 0 hypothesis not met, 0 not checked", line) for line in printed[1:])
+               re.fullmatch(r"\w+: 0 holds, 1 fails, 0 hypothesis not met, 0 not checked", line) for line in printed[1:3])
+    def counts(line):
+        return np.array([int(n) for n in re.findall(r"(\d+) (?:holds|fails|hypothesis|not checked)", line)])
+    # these sweeps are no catalog entry's: their one claim is their model's closed form, no paper's
+    assert len(printed) == 4 and printed[3].startswith("no paper: ")
+    np.testing.assert_array_equal(counts(printed[3]), counts(printed[1]) + counts(printed[2]))
     page = index.read_text(encoding="utf-8")
     links = re.findall(r'<a href="([^"]+)">(\w+)</a>', page)
     assert links == [("resolved.report/report.html", "resolved"), ("runs/rough.report/report.html", "rough")]
