@@ -2,8 +2,9 @@
 
 Whatever the mutation, `parse_sweep` either refuses it with a `SpecError` whose message is one
 line `field: problem`, or returns a sweep that runs (its plan, seeds and store size are defined);
-no other exception ever. A few mutations also go through the real command line
-(`tokensweep plan`), which exits 0 or 2 and never shows a traceback.
+no other exception ever. A few mutations also go through the command line (`tokensweep plan`, by
+`main(argv)` in this process, which the console script calls), which exits 0 or 2 and never shows a
+traceback.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 
 import pytest
 import yaml
-from conftest import run_tokensweep
+from conftest import run_in_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -131,7 +132,7 @@ def test_store_size_limit_names_the_estimate_and_the_fix(monkeypatch):
 def test_cli_plan_exits_0_or_2_and_never_shows_a_traceback(tmp_path, mutations):
     spec = tmp_path / "fuzz.yaml"
     spec.write_text(yaml.safe_dump(mutate(mutations), allow_unicode=True), encoding="utf-8")
-    result = run_tokensweep("plan", spec, "--store", tmp_path / "fuzz.zarr", timeout=120)
+    result = run_in_process("plan", spec, "--store", tmp_path / "fuzz.zarr")  # main(argv), as the console script
     assert result.returncode in (0, 2), result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     if result.returncode == 2:
