@@ -158,7 +158,10 @@ def test_ctrl_c_stays_a_keyboard_interrupt():
     import subprocess
     import sys
 
+    # the child starts as from a terminal: a shell's background job (`cmd &`) would start it with
+    # SIGINT ignored, which Python then keeps instead of installing its default handler
     code = ("import signal\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "from tokensweep.flows.jobqueue import resolve_options\n"
             "resolve_options('slurm', None)\n"
             "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n")
