@@ -4,8 +4,9 @@ For every catalog entry (small scale), the first and the last partition of its p
 simulated in this process (`execute.simulate_partition`: the kernels every sweep runs) and
 hashed: SHA-256 over each output's name, dtype, shape and bytes. The quick tier hashes the
 first `HEAD` trajectories of each (a trajectory's numbers do not depend on the partition it is
-computed in), the slow tier the whole partitions; the quickstart cube, run end to end by the
-catalog's test of its small entries, is compared whole (`cube_problem`).
+computed in). The whole partitions are checked where the catalog's test of its small entries
+has run each entry end to end: read back from its store (`partitions_problem`), so no partition
+is computed twice; the quickstart's whole cube too (`cube_problem`).
 
 A path whose last bits depend on the CPU (the sphere flow's BLAS products differ by 1-3 ulp
 per step between AMD and Intel nodes) cannot be fingerprinted once for every machine, so the
@@ -110,6 +111,41 @@ def cube_problem(store, name: str, record: dict) -> str | None:
     group = zarr.open_group(str(store), mode="r")
     out = {n: a[...] for n, a in group.arrays() if n not in ("started", "finished")}
     return summaries_agree(summary(out), record["summaries"][f"cube/{name}"])
+
+
+def stored_partition(store, sweep, part, plan) -> dict[str, np.ndarray]:
+    """A partition's outputs read back from a store, in the kernel's layout (trajectories first,
+    then checkpoints where per checkpoint, then trailing dimensions): `chunks.Region.place` undone."""
+    from tokensweep.pipeline.models import get_model
+    from tokensweep.pipeline.spec.recording import declared_outputs
+    from tokensweep.pipeline.store.chunks import Region, StoreArrays
+
+    region = Region.of_partition(plan, StoreArrays(store, mode="r"), part)
+    axes, first = list(plan.axes), part.block * sweep.partition_traj
+    out = {}
+    for name, spec in declared_outputs(get_model(sweep.model), sweep).items():
+        stored = region.arrays[name].metadata.dimension_names
+        trajectories = slice(part.traj_start - first, part.traj_stop - first)
+        values = region.read(name)[tuple(0 if d in axes else trajectories if d == "traj" else slice(None)
+                                         for d in stored)]
+        left = [d for d in stored if d not in axes]
+        kernel = ("traj", "t", *spec.extra_dims) if spec.per_checkpoint else ("traj", *spec.extra_dims)
+        out[name] = np.transpose(values, [left.index(d) for d in kernel]).astype(spec.dtype, copy=False)
+    return out
+
+
+def partitions_problem(store, name: str, record: dict) -> str | None:
+    """None when the first and last partitions of a stored small-scale cube of `name` have the
+    recorded numbers (as `cube_problem`), else the first that differs."""
+    known = record.get("by_cpu", {}).get(cpu_key())
+    for label, sweep, part, plan in partitions(name, None):
+        out, slot = stored_partition(store, sweep, part, plan), f"{name}/{label}/whole"
+        if known is not None:
+            if digest(out) != known[slot]:
+                return f"{slot}: digest differs from {known[slot][:16]}"
+        elif (problem := summaries_agree(summary(out), record["summaries"][slot])) is not None:
+            return f"{slot}: {problem}"
+    return None
 
 
 def summary(outputs: dict[str, np.ndarray]) -> dict[str, list[float]]:

@@ -168,8 +168,10 @@ def test_small_entry_runs_and_reports(name, dask_cluster, tmp_path, monkeypatch)
         assert cells, f"{name}: no chi-square line"
         # z needs a theory strictly inside (0, 1): USA's hybrid dichotomy (0 or 1) has none
         assert int(cells[1]) == 0 or re.fullmatch(r"\d\.\d{3}", cells[2]), cells[0]
+    record = fp.load()  # the numbers did not change: the first and last partitions, as stored
+    assert fp.partitions_problem(sweep.store, name, record) is None
     if name == "quickstart":  # the whole cube a new user's first run computes, unchanged
-        assert fp.cube_problem(sweep.store, name, fp.load()) is None
+        assert fp.cube_problem(sweep.store, name, record) is None
     with open_cube(sweep.store) as ds:
         for observable in getattr(sweep, "record", ()):
             assert observable in ds.data_vars, (name, observable)
