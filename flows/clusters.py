@@ -25,7 +25,14 @@ from . import forkserver
 # Partitions are long and uniform: a worker gets its next one only when it is free. The default
 # saturation (1.1) sends two to a one-thread worker, so at the end of a sweep one worker can sit
 # idle while another has a partition queued.
-LOCAL_CLUSTER_CONFIG = {"distributed.scheduler.worker-saturation": 1.0}
+# IDLE_CONFIG: what distributed does on its own every few milliseconds, for dashboards a sweep
+# does not read: each worker samples its threads' stacks every 10 ms (the profile page) and every
+# process checks its event loop every 20 ms and its CPU and memory every 500 ms. Idle, a scheduler
+# with two workers burned 0.15 of a core so, 0.036 without them (benchmarks/bench_cluster_idle.py);
+# `tokensweep cluster start` keeps one waiting for hours. The nanny's memory limit keeps its 100 ms.
+IDLE_CONFIG = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
+               "distributed.admin.system-monitor.interval": "5s"}
+LOCAL_CLUSTER_CONFIG = {"distributed.scheduler.worker-saturation": 1.0, **IDLE_CONFIG}
 
 # Imported by each local worker as it starts (distributed's `preload`): Prefect's task engine and
 # the pipeline load while the cluster starts, not when the first partition arrives.
@@ -34,6 +41,14 @@ WORKER_PRELOAD = "tokensweep.flows.preload"
 # One partition per single-threaded worker process: threads inside a kernel (numba or the BLAS
 # behind its np.dot) would only oversubscribe the cores.
 THREAD_ENV = ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def dask_environment(config: dict) -> dict[str, str]:
+    """Dask settings as the DASK_* variables that a process started elsewhere reads (a worker in a
+    batch job, a `dask worker` command): "distributed.admin.tick.interval" is
+    DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL."""
+    return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value)
+            for key, value in config.items()}
 
 
 def usable_cores() -> int:

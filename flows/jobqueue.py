@@ -24,6 +24,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 
 from ..pipeline.store import location
+from .clusters import IDLE_CONFIG, LOCAL_CLUSTER_CONFIG, dask_environment
 
 KINDS = {  # --cluster NAME: dask_jobqueue's class, submit command, walltime format
     "slurm": ("SLURMCluster", "sbatch",
@@ -166,12 +167,15 @@ def fit_to_work(options: JobqueueOptions, partitions: int) -> JobqueueOptions:
 
 def job_script_prologue(api_url: str) -> list[str]:
     """What every worker job sets before its Python starts (docs/cluster.md): one thread per
-    kernel, a node-local numba cache (a shared one races), one Prefect API, no analytics."""
+    kernel, a node-local numba cache (a shared one races), one Prefect API, no analytics, none of
+    distributed's idle profiling (`clusters.IDLE_CONFIG`)."""
+    idle = " ".join(f"{name}={value}" for name, value in dask_environment(IDLE_CONFIG).items())
     return [
         "export NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1",
         'export NUMBA_CACHE_DIR="${TMPDIR:-/tmp}/${USER:-tokensweep}/numba-cache"',
         f"export PREFECT_API_URL={api_url}",
         "export PREFECT_SERVER_ANALYTICS_ENABLED=false",
+        f"export {idle}",
     ]
 
 
@@ -199,8 +203,6 @@ def _default_memory(cores: int) -> str:
 def build_cluster(options: JobqueueOptions, api_url: str, **kwargs):
     """The dask-jobqueue cluster (its scheduler starts here; no job is submitted yet)."""
     import dask
-
-    from .clusters import LOCAL_CLUSTER_CONFIG
 
     dask.config.set(LOCAL_CLUSTER_CONFIG)  # the scheduler runs in this process
     cluster_class = getattr(import_dask_jobqueue(), KINDS[options.kind][0])

@@ -235,11 +235,15 @@ def write_spec(tmp_path):
 
 @pytest.fixture(scope="session")
 def dask_client():
+    import dask
     from distributed import Client, LocalCluster
 
+    from tokensweep.flows.clusters import IDLE_CONFIG
+
     env = {"NUMBA_NUM_THREADS": "1"}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0", env=env) as cluster, Client(cluster) as client:
+    with dask.config.set(IDLE_CONFIG), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                         dashboard_address=":0", env=env) as cluster, Client(cluster) as client:
         yield client
 
 
@@ -305,7 +309,10 @@ class DaskCluster:
 def dask_cluster(tmp_path_factory, prefect_server):
     folder = tmp_path_factory.mktemp("dask-cluster")
     scheduler_file = folder / "scheduler.json"
-    env = {**os.environ, "NUMBA_NUM_THREADS": "1",
+    from tokensweep.flows.clusters import IDLE_CONFIG, dask_environment
+
+    # without distributed's idle work (profiling, ticks): both test processes keep one all session
+    env = {**os.environ, **dask_environment(IDLE_CONFIG), "NUMBA_NUM_THREADS": "1",
            "TOKENSWEEP_FAIL_PARTITIONS_FILE": str(folder / "fail-partitions")}
     env.pop("PREFECT_API_URL", None)  # tokensweep must hand its server's URL to the workers
     log = open(folder / "cluster.log", "wb")

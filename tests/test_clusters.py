@@ -45,3 +45,13 @@ def test_the_detached_local_cluster_serves_until_sigterm_then_closes(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_idle_settings_reach_a_process_through_its_environment():
+    """`dask_environment` names each setting as dask reads it back from DASK_* variables (what a
+    batch job's worker and the tests' `dask worker` get), with its value."""
+    import dask.config
+
+    read_back = dask.config.collect_env(clusters.dask_environment(clusters.IDLE_CONFIG))
+    for key, value in clusters.IDLE_CONFIG.items():
+        assert dask.config.get(key, config=read_back) == value, key

@@ -90,7 +90,9 @@ def test_never_more_workers_than_partitions(jobs, cores, partitions, expected):
 
 ENVIRONMENT = ["export NUMBA_NUM_THREADS=1",
                'export NUMBA_CACHE_DIR="${TMPDIR:-/tmp}/${USER:-tokensweep}/numba-cache"',
-               f"export PREFECT_API_URL={API}", "export PREFECT_SERVER_ANALYTICS_ENABLED=false"]
+               f"export PREFECT_API_URL={API}", "export PREFECT_SERVER_ANALYTICS_ENABLED=false",
+               "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=1s "
+               "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL=5s"]
 
 
 def job_script(options: JobqueueOptions, **kwargs) -> str:
