@@ -169,7 +169,15 @@ def point_workers_at(scheduler: str, env: dict[str, str]) -> None:
             self.values = values
 
         def setup(self, worker):
+            moved = os.environ.get("PREFECT_API_URL") != self.values.get("PREFECT_API_URL")
             os.environ.update(self.values)
+            if moved:
+                # Prefect keeps one events worker per process, bound to the API of the first flow
+                # that used it: after a sweep of another server (a long-lived cluster), task-run
+                # states would go to that one. Stopped, the next event starts one for this API.
+                from prefect.events.worker import EventsWorker
+
+                return EventsWorker.drain_all(timeout=5)  # awaited by distributed in a running loop
 
     with Client(scheduler, timeout="10s") as client:
         client.register_plugin(WorkerEnvironment(env))
