@@ -75,18 +75,6 @@ def needs_network(item) -> bool:
         name in NETWORK_ENTRIES or name == "network" or name.startswith("tokensweep.pipeline.models.network")))
 
 
-# The marked tiers' tests of 45 s or more (`--durations`, 2 cores, both processes busy)
-LONGEST = ("test_real_search_covers_the_closed_form_and_resumes", "test_run_uses_the_started_cluster_until",
-           "test_sweep_on_s3_through_the_command_line", "test_ctrl_c_exits_130_with_one_resume_line",
-           "test_serve_and_bare_prefect_commands_use_one_server", "test_failed_partition_then_rerun",
-           "test_killed_worker_and_raising_partition", "test_killed_flow_process_then_unlock",
-           "test_run_resume_and_report", "test_ui_retry_of_a_failed_flow_run", "test_run_grows_a_store_computing",
-           "test_ctrl_c_in_an_in_process_partition", "test_the_example_notebook_executes",
-           "test_two_runs_started_at_once_on_a_new_store", "test_sweep_on_an_existing_cluster_via_scheduler_file",
-           "test_small_entry_runs_and_reports[quickstart]", "test_small_entry_runs_and_reports[rst-pretrained-minilm]",
-           "test_small_entry_runs_and_reports[fedorov2026-fig4]")
-
-
 def daemon_tier(item) -> bool:
     return bool(item.get_closest_marker("postgres") or item.get_closest_marker("slurm"))
 
@@ -98,10 +86,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)  # a daemon's tier starts servers of its own
         if NETWORK_SKIP_REASON and needs_network(item):
             item.add_marker(pytest.mark.skip(reason=NETWORK_SKIP_REASON))
-    # the longest first (the daemons' tests, then LONGEST), so that when CI runs the marked tiers
-    # on two processes (--dist worksteal) the short ones fill in at the end rather than one long
-    # test running last, alone
-    items.sort(key=lambda item: (not daemon_tier(item), not any(name in item.nodeid for name in LONGEST)))
+    # the daemons' tests are the longest (minutes each): first, so that when CI runs them with
+    # the slow tier on two processes (--dist worksteal) the rest fills the other process
+    # rather than one of them running last, alone
+    items.sort(key=lambda item: not daemon_tier(item))
 
 
 SPECS = Path(__file__).parent / "specs"
