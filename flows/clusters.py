@@ -27,8 +27,8 @@ from . import forkserver
 # idle while another has a partition queued.
 # IDLE_CONFIG: what distributed does on its own every few milliseconds, for dashboards a sweep
 # does not read: each worker samples its threads' stacks every 10 ms (the profile page) and every
-# process checks its event loop every 20 ms and its CPU and memory every 500 ms. Idle, a scheduler
-# with two workers burned 0.15 of a core so, 0.036 without them (benchmarks/bench_cluster_idle.py);
+# process checks its event loop every 20 ms and its CPU and memory every 500 ms. An idle scheduler
+# with two workers used 0.158 of a core with them, 0.036 without (benchmarks/bench_cluster_idle.py);
 # `tokensweep cluster start` keeps one waiting for hours. The nanny's memory limit keeps its 100 ms.
 IDLE_CONFIG = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
                "distributed.admin.system-monitor.interval": "5s"}
