@@ -87,14 +87,16 @@ def open(store_or_name, scale=None):  # noqa: A001 (the API's name, as xarray's 
     return open_sweep(store_or_name, scale)
 
 
-def run(spec, store=None, workers=None, scheduler=None, progress=True, scale=None):
+def run(spec, store=None, workers=None, scheduler=None, progress=True, scale=None, report=True):
     """Run (or resume, or grow) a sweep and return its cube (`open`).
 
     spec: a YAML path, a catalog name, a dict or a spec; scale: "small" (default) or "paper" (the
     spec's `scales` block); store: where (default: the spec's);
     workers: local Dask worker processes (default: one per core); scheduler: the address or
-    scheduler file of an existing Dask cluster. Raises SpecError or StoreError before anything
-    runs (the message names the field and the fix), SweepError when partitions failed.
+    scheduler file of an existing Dask cluster; report: write the report beside the store when the
+    sweep ends (False: the cube only; `tokensweep report STORE` writes it later). Raises SpecError
+    or StoreError before anything runs (the message names the field and the fix), SweepError
+    when partitions failed.
     """
     from .flows.child import run_in_child
     from .pipeline.prepare import prepare_sweep
@@ -107,7 +109,8 @@ def run(spec, store=None, workers=None, scheduler=None, progress=True, scale=Non
         problem = get_model(sweep.model).local_problem(sweep)
         if problem:
             raise SpecError(problem)
-    summary = run_in_child(sweep, workers=workers, scheduler=scheduler, progress=progress)
+    summary = run_in_child(sweep, workers=workers, scheduler=scheduler, progress=progress,
+                           report=report)
     if progress:
         print(f"computed {summary['computed']} of {summary['partitions']} partitions into {sweep.store}")
     return open(sweep.store)

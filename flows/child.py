@@ -41,7 +41,7 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def run_in_child(sweep: SweepBase, workers: int | None = None, scheduler: str | None = None,
-                 progress: bool = True) -> dict:
+                 progress: bool = True, report: bool = True) -> dict:
     """Run `sweep` (checked by `pipeline.prepare.prepare_sweep`) in a child process; returns
     its summary."""
     with tempfile.TemporaryDirectory(prefix="tokensweep-run-") as tmp:
@@ -50,6 +50,8 @@ def run_in_child(sweep: SweepBase, workers: int | None = None, scheduler: str | 
         cmd = [sys.executable, "-m", "tokensweep.flows.child", str(spec_file), sweep.store]
         if workers:
             cmd += ["--workers", str(workers)]
+        if not report:
+            cmd.append("--no-report")
         if scheduler:
             cmd += ["--scheduler-file" if Path(scheduler).is_file() else "--scheduler", str(scheduler)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -200,11 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int)
     parser.add_argument("--scheduler")
     parser.add_argument("--scheduler-file")
+    parser.add_argument("--no-report", dest="report", action="store_false")
     args = parser.parse_args(argv)
     try:
         summary = run_sweep(json.loads(Path(args.spec_json).read_text()), args.store,
                             workers=args.workers, scheduler=args.scheduler,
-                            scheduler_file=args.scheduler_file, progress=False)
+                            scheduler_file=args.scheduler_file, progress=False, report=args.report)
     except (SpecError, StoreError, ClusterError, OSError, RuntimeError) as err:
         kind = type(err).__name__ if isinstance(err, (SpecError, StoreError, ClusterError)) else (
             "StoreError" if isinstance(err, OSError) else "SweepError")  # OSError: the store's folder

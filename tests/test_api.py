@@ -97,11 +97,12 @@ def test_run_from_a_plain_script_without_a_main_guard(prefect_server, tmp_path):
 @slow
 def test_run_grows_a_store_computing_only_the_new_partitions(prefect_server, tmp_path, capsys):
     store = tmp_path / "grown.zarr"
-    ds = tokensweep.run(SMALL, store=store, workers=1)
+    ds = tokensweep.run(SMALL, store=store, workers=1, report=False)
     assert ds.attrs["pending"] == 0 and ds.sizes["traj"] == 10
     before = ds.cluster_class.load()
     grown = tokensweep.run({**SMALL, "trajectories": 20, "grid": {**SMALL["grid"], "beta": [0.5, 1.0, 2.0]}},
-                           store=store, workers=1)
+                           store=store, workers=1, report=False)
+    assert not store.with_suffix(".report").exists()  # report=False: the cube only
     out = capsys.readouterr().out
     assert "computed 8 of 12 partitions" in out  # 3 cells x 4 blocks, 2 x 2 of them already there
     assert grown.attrs["pending"] == 0 and grown.sizes == {**grown.sizes, "traj": 20, "beta": 3}

@@ -220,7 +220,8 @@ def test_batched_flow_with_a_failure_resumes(low_threshold, reference_store, pre
     switch = tmp_path / "fail"
     switch.write_text("7")
     env = {FAIL_PARTITIONS_FILE_ENV: str(switch)}  # the workers inherit it
-    broken = cli("run", spec, "--store", store, "--workers", "2", "--no-progress", env_extra=env)
+    broken = cli("run", spec, "--store", store, "--workers", "2", "--no-progress", "--no-report",
+                 env_extra=env)
     assert broken.returncode != 0
     output = broken.stdout + broken.stderr
     assert "1 batch(es) failed" in output and "partition 7 (beta=0.5 d=5 n=2 traj=5:10)" in output, output
@@ -228,7 +229,8 @@ def test_batched_flow_with_a_failure_resumes(low_threshold, reference_store, pre
     assert status[7] == FAILED and (np.delete(status, 7) == DONE).all()
 
     switch.write_text("")
-    fixed = cli("run", spec, "--store", store, "--workers", "2", "--no-progress", env_extra=env)
+    fixed = cli("run", spec, "--store", store, "--workers", "2", "--no-progress", "--no-report",
+                env_extra=env)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert "computed 1 of 18 partitions" in fixed.stdout, fixed.stdout
     assert (read_status(store) == DONE).all()

@@ -239,7 +239,7 @@ def test_run_says_what_it_does_and_keeps_the_logs_in_a_file(prefect_server, tiny
 def test_ctrl_c_exits_130_with_one_resume_line_and_the_same_command_resumes(
         prefect_server, slow_spec, write_spec, tmp_path):
     store, spec = tmp_path / "slow.zarr", write_spec(slow_spec)
-    command = ["run", spec, "--store", store, "--workers", "2"]
+    command = ["run", spec, "--store", store, "--workers", "2", "--no-report"]
     env = {**os.environ, "NUMBA_NUM_THREADS": "1"}
     proc = subprocess.Popen([TOKENSWEEP, *map(str, command)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,

@@ -47,12 +47,13 @@ def test_run_uses_the_started_cluster_until_it_is_stopped_or_stale(
         assert cli("cluster", "status").stdout.strip() == address
         assert cli("cluster", "start").stdout.strip() == address  # kept, not a second one
 
-        warm = cli("run", spec, "--store", tmp_path / "warm.zarr", "--no-progress")
+        warm = cli("run", spec, "--store", tmp_path / "warm.zarr", "--no-progress", "--no-report")
         assert warm.returncode == 0, warm.stderr
         assert f"on the cluster at {address}" in warm.stdout
         xr.testing.assert_identical(output_cube(tmp_path / "warm.zarr"),
                                     reference_cube(TINY, tmp_path / "reference.zarr"))
-        local = cli("run", spec, "--store", tmp_path / "local.zarr", "--workers", "2", "--no-progress")
+        local = cli("run", spec, "--store", tmp_path / "local.zarr", "--workers", "2", "--no-progress",
+                    "--no-report")
         assert local.returncode == 0 and "on 2 local workers" in local.stdout, local.stderr  # its own
 
         record = json.loads((home / "dask-cluster.json").read_text())
@@ -60,7 +61,7 @@ def test_run_uses_the_started_cluster_until_it_is_stopped_or_stale(
         # started from other code (an upgrade, an edited source): not used, its workers run that code
         (home / "dask-cluster.json").write_text(json.dumps({**record, "code": "older"}))
         assert cli("cluster", "status").stdout.startswith("no local cluster")
-        stale = cli("run", spec, "--store", tmp_path / "stale.zarr", "--no-progress")
+        stale = cli("run", spec, "--store", tmp_path / "stale.zarr", "--no-progress", "--no-report")
         assert stale.returncode == 0, stale.stderr  # nor a cluster of its own, for a sweep this small
         assert "the cluster at" not in stale.stdout and "on this process (no cluster)" in stale.stdout
     finally:

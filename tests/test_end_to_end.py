@@ -153,6 +153,9 @@ def test_failed_partition_then_rerun_computes_only_it(prefect_server, tiny_spec,
     assert "11 done, 0 pending, 1 failed" in status.stdout
     assert "partition 7 (beta=2 d=3 n=2 traj=5:10)" in status.stdout
 
-    fixed = tokensweep("run", str(spec), "--store", str(store), "--workers", "2", "--no-progress")
+    fixed = tokensweep("run", str(spec), "--store", str(store), "--workers", "2", "--no-progress",
+                       "--no-report")
     assert fixed.returncode == 0, fixed.stderr
     assert "computed 1 of 12 partitions" in fixed.stdout
+    # --no-report: the cube only (test_run_resume_and_report checks the report a run writes)
+    assert "report:" not in fixed.stdout and not store.with_suffix(".report").exists(), fixed.stdout

@@ -65,7 +65,7 @@ def alive(pid: int) -> bool:
 def start_sweep(spec_path, store, scheduler_file, log_path) -> subprocess.Popen:
     return subprocess.Popen(
         [TOKENSWEEP, "run", str(spec_path), "--store", str(store), "--scheduler-file",
-         str(scheduler_file), "--no-progress"],
+         str(scheduler_file), "--no-progress", "--no-report"],
         stdout=open(log_path, "w"), stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "NUMBA_NUM_THREADS": "1"})
 
@@ -147,7 +147,8 @@ def test_killed_worker_and_raising_partition_lose_nothing(
     assert killed_at < started < finished, (victim, killed_at, started, finished)
 
     k = not_done(store)
-    rerun = cli("rerun", store, "--scheduler-file", dask_cluster.scheduler_file, "--no-progress")
+    rerun = cli("rerun", store, "--scheduler-file", dask_cluster.scheduler_file, "--no-progress",
+                "--no-report")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"computed {k} of 12 partitions" in rerun.stdout and k == 1
     xr.testing.assert_identical(output_cube(store), slow_reference)
@@ -192,7 +193,7 @@ def test_killed_flow_process_then_unlock_and_rerun(
     assert "is CRASHED, left as it is" in unlocked.stdout
 
     rerun = cli("run", spec, "--store", store, "--scheduler-file", dask_cluster.scheduler_file,
-                "--no-progress")
+                "--no-progress", "--no-report")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"computed {k} of 12 partitions" in rerun.stdout
     xr.testing.assert_identical(output_cube(store), slow_reference)

@@ -237,7 +237,7 @@ def test_two_runs_started_at_once_on_a_new_store_one_wins_the_other_is_refused(
     spec = write_spec(slow_spec)
     env = {**os.environ, "NUMBA_NUM_THREADS": "1"}
     cmd = [str(Path(sys.executable).parent / "tokensweep"), "run", str(spec), "--store", str(store),
-           "--workers", "1", "--no-progress"]
+           "--workers", "1", "--no-progress", "--no-report"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(2)]
     results = [(p.wait(timeout=400), *p.communicate()) for p in procs]
@@ -255,7 +255,7 @@ def test_two_runs_started_at_once_on_a_new_store_one_wins_the_other_is_refused(
 def test_cli_run_grows_a_store(prefect_server, cli, old_store, write_spec):
     final = _spec(trajectories=24)
     spec = write_spec(final)
-    result = cli("run", spec, "--store", old_store, "--workers", "1", "--no-progress")
+    result = cli("run", spec, "--store", old_store, "--workers", "1", "--no-progress", "--no-report")
     assert result.returncode == 0, result.stdout + result.stderr
     # what it says it will do counts the partitions the grow adds (it said 0 before)
     assert f": {new_partitions(TINY, final)} of 20 partitions to run into" in result.stdout

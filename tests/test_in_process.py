@@ -41,11 +41,11 @@ def test_the_in_process_cube_equals_a_local_clusters(prefect_server, tmp_path, m
     from tokensweep.flows import run
 
     fast, slow = ({**ONE, "store": str(tmp_path / f"{name}.zarr")} for name in ("fast", "slow"))
-    run.run_sweep(fast, fast["store"], workers=2, progress=False)
+    run.run_sweep(fast, fast["store"], workers=2, progress=False, report=False)
     monkeypatch.setattr(run, "IN_PROCESS_PARTITIONS", 0)  # the same sweep on a LocalCluster
     with run.early_task_runner(2, run.partitions_to_run(slow, slow["store"])) as runner:
         assert type(runner).__name__ == "DaskTaskRunner"
-    reference = run.run_sweep(slow, slow["store"], workers=2, progress=False)
+    reference = run.run_sweep(slow, slow["store"], workers=2, progress=False, report=False)
     assert reference["computed"] == 1 and reference["failed"] == 0
     xr.testing.assert_identical(output_cube(fast["store"]), output_cube(slow["store"]))
 

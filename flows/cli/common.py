@@ -56,6 +56,8 @@ JobsOpt = typer.Option(None, min=1, help="worker jobs (fewer if fewer partitions
 CoresOpt = typer.Option(None, min=1, help="cores per job, one single-threaded worker each",
                         show_default="the profile's, or 1")
 ProgressOpt = typer.Option(True, help="show a progress bar over partitions")
+ReportOpt = typer.Option(True, help="write the report when the sweep ends (--no-report: the cube "
+                                    "only; `tokensweep report STORE` writes it later)")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="print only errors")
 VerboseOpt = typer.Option(False, "--verbose", "-v",
                           help="show Prefect's and Dask's logs here (instead of the progress bar) "

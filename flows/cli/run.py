@@ -24,6 +24,7 @@ from .common import (
     ProgressOpt,
     QueueOpt,
     QuietOpt,
+    ReportOpt,
     ScaleOpt,
     SchedulerFileOpt,
     SchedulerOpt,
@@ -65,6 +66,7 @@ def run(
     jobs: Optional[int] = JobsOpt,
     cores: Optional[int] = CoresOpt,
     progress: bool = ProgressOpt,
+    report: bool = ReportOpt,
     quiet: bool = QuietOpt,
     verbose: bool = VerboseOpt,
 ):
@@ -81,7 +83,8 @@ def run(
         refuse_if_locked(store_target(sweep.store))  # a stale lock's flow run: set Crashed
     except (SpecError, StoreError) as err:
         fail(str(err))
-    execute(sweep, workers=workers, progress=progress, quiet=quiet, verbose=verbose, batch=batch,
+    execute(sweep, workers=workers, progress=progress, report=report, quiet=quiet, verbose=verbose,
+            batch=batch,
             scheduler=scheduler_asked(scheduler, scheduler_file,
                                       service=workers is None and batch is None))
 
@@ -101,6 +104,7 @@ def rerun(
     jobs: Optional[int] = JobsOpt,
     cores: Optional[int] = CoresOpt,
     progress: bool = ProgressOpt,
+    report: bool = ReportOpt,
     quiet: bool = QuietOpt,
     verbose: bool = VerboseOpt,
 ):
@@ -118,8 +122,8 @@ def rerun(
         refuse_if_locked(store_target(store))
     except StoreError as err:
         fail(str(err))
-    execute(sweep, workers=workers, failed_only=failed_only, progress=progress, quiet=quiet,
-            verbose=verbose, batch=batch,
+    execute(sweep, workers=workers, failed_only=failed_only, progress=progress, report=report,
+            quiet=quiet, verbose=verbose, batch=batch,
             scheduler=scheduler_asked(scheduler, scheduler_file,
                                       service=workers is None and batch is None))
 
@@ -160,7 +164,8 @@ def batch_asked(cluster, profile, workers, scheduler, **given):
 
 
 def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optional[int],
-            scheduler: Optional[str], failed_only: bool = False, batch=None) -> None:
+            scheduler: Optional[str], failed_only: bool = False, batch=None,
+            report: bool = True) -> None:
     """Run the sweep flow on the cluster chosen, saying what it does and what it wrote."""
     from ...pipeline.errors import SpecError, StoreError
     from ...pipeline.plan import Plan
@@ -197,7 +202,7 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
         with logs_to(log, verbose), cluster as address:
             summary = run_sweep(sweep.model_dump(mode="json"), sweep.store, workers=workers,
                                 scheduler=address or scheduler, failed_only=failed_only,
-                                progress=progress and not quiet and not verbose)
+                                progress=progress and not quiet and not verbose, report=report)
     except refused as err:  # or a job the batch system refused
         fail(str(err))
     except RuntimeError as err:  # partitions failed: the message lists them

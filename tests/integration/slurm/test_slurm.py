@@ -122,7 +122,7 @@ def test_cancelled_job_ctrl_c_and_rerun_give_the_local_cube(tmp_path, write_spec
     local_env = {**env, "NUMBA_CACHE_DIR": cache}
 
     local = subprocess.run([TOKENSWEEP, "run", str(spec_path), "--store", str(tmp_path / "local.zarr"),
-                            "--workers", "2", "--no-progress"],
+                            "--workers", "2", "--no-progress", "--no-report"],
                            capture_output=True, text=True, env=local_env, timeout=600)
     assert local.returncode == 0, local.stdout + local.stderr
 
@@ -157,7 +157,7 @@ def test_cancelled_job_ctrl_c_and_rerun_give_the_local_cube(tmp_path, write_spec
         shots.append((f"after Ctrl-C (exit {code})", squeue()))
         left = not_done(store)
 
-        rerun = subprocess.run([TOKENSWEEP, "rerun", str(store), *BATCH, "--no-progress"],
+        rerun = subprocess.run([TOKENSWEEP, "rerun", str(store), *BATCH, "--no-progress", "--no-report"],
                                capture_output=True, text=True, env=env, timeout=600)
         assert rerun.returncode == 0, rerun.stdout + rerun.stderr
         # every job ended with the sweep: cancelled by tokensweep (not by the `finally` below)
