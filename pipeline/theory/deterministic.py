@@ -5,9 +5,11 @@ t* at which they come within delta of 1, Wendel's hemisphere probability and the
 from __future__ import annotations
 
 import numpy as np
-from scipy import integrate, linalg, stats
 
 from .scale import check_attention
+
+# scipy's integrate, linalg and stats are imported by the functions that use them: every command
+# imports this module through the model registry, and they cost ~0.9 s (`tokensweep status`)
 
 __all__ = ["equiangular_rhs", "equiangular_gamma", "equiangular_rate", "t_star", "wendel_probability",
            "causal_first_token", "causal_token2_overlap"]
@@ -46,6 +48,7 @@ def equiangular_gamma(t, beta: float, n: int, attention: str = "sa"):
     >>> round(float(equiangular_gamma(0.0, 1.0, 4)), 12)
     0.0
     """
+    from scipy import integrate
     attention, t = check_attention(attention), np.asarray(t, dtype=float)
     t_end = float(t.max()) if t.size else 0.0
     if t_end <= 0:
@@ -70,6 +73,7 @@ def t_star(beta, n: int, delta: float = 1e-3, attention: str = "sa"):
     >>> round(float(t_star(1.0, 32)), 2), round(float(t_star(1.0, 32, attention="usa")), 2)
     (5.27, 2.9)
     """
+    from scipy import integrate
     attention = check_attention(attention)
     if not 0 < delta < 1:
         raise ValueError(f"delta={delta!r}: the gap 1 - gamma must reach a delta in (0, 1)")
@@ -93,6 +97,7 @@ def wendel_probability(n, d):
     >>> float(wendel_probability(3, 3)), float(wendel_probability(4, 2)), float(wendel_probability(5, 3))
     (1.0, 0.5, 0.6875)
     """
+    from scipy import stats
     n, d = np.asarray(n), np.asarray(d)
     if np.any(n < 1) or np.any(d < 1):
         raise ValueError(f"n={n.tolist()!r}, d={d.tolist()!r}: need n >= 1 and d >= 1")
@@ -104,6 +109,7 @@ def causal_first_token(x1_0, V, t):
 
     Returns shape (d,) for scalar t, (len(t), d) for an array of times.
     """
+    from scipy import linalg
     x, V, t = np.asarray(x1_0, float), np.asarray(V, float), np.asarray(t, float)
     ys = np.array([linalg.expm(s * V) @ x for s in t.ravel()])
     ys /= np.linalg.norm(ys, axis=-1, keepdims=True)
@@ -117,6 +123,7 @@ def causal_token2_overlap(a0, beta: float, t):
     y' = 1 / (1 + e^{beta (1 - a)}), which stays bounded as a -> 1.  a0 = +-1 are fixed points.
     For beta = 0: a(t) = tanh(artanh(a0) + t/2).  Returns shape broadcast(a0) + shape(t).
     """
+    from scipy import integrate
     a0, t = np.asarray(a0, float), np.asarray(t, float)
     out = np.empty(a0.shape + t.shape)
     inner = np.abs(a0) < 1
