@@ -47,7 +47,10 @@ def horizon_table(ds: xr.Dataset, level: float = 0.95) -> xr.Dataset | None:
     if _cells(ds) > MAX_CELLS:
         return None
     times = ds.t.values.astype(float)
-    table = xr.concat([antipodal_table(ds, t=t, level=level, finite_t=False) for t in times], dim="t")
+    # the classes read once for every checkpoint (a lazy cube would be read again per checkpoint);
+    # at most MAX_CELLS cells, so they fit in memory
+    classes = ds[[v for v in ("cluster_class", "nonfinite", "status") if v in ds]].load()
+    table = xr.concat([antipodal_table(classes, t=t, level=level, finite_t=False) for t in times], dim="t")
     dims = row_order([d for d in table.n_traj.dims if d != "t"])
     table = table.transpose(*dims, "t")
     first = table.n_traj.isel(t=0, drop=True)
