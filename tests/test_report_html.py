@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY, TOKENSWEEP
+from conftest import TINY
 from test_report import synthetic_cube
 
 from tokensweep.pipeline.analysis.stats import chi_square_summary
@@ -198,10 +198,10 @@ def test_cells_outside_their_interval_are_listed(tmp_path):
     assert listed == expected
 
 
-def test_index_lists_every_store_and_rewrites_only_stale_reports(reports, stores, tmp_path):
+def test_index_lists_every_store_and_rewrites_only_stale_reports(reports, stores, tmp_path, cli):
     stores = shutil.copytree(stores, tmp_path / "copy")  # mtimes kept: the reports stay fresh
     index = stores / "index.html"
-    result = subprocess.run([TOKENSWEEP, "report", "--index", str(stores)], capture_output=True, text=True)
+    result = cli("report", "--index", stores)
     assert result.returncode == 0, result.stderr
     printed = result.stdout.splitlines()  # the index, each store's claim verdicts, then each paper's
     assert printed[0] == f"index: {index}" and [line.split(":")[0] for line in printed[1:3]] == ["resolved", "rough"]
@@ -236,7 +236,7 @@ def test_index_lists_every_store_and_rewrites_only_stale_reports(reports, stores
     (["--index", "no-such-folder"], "no-such-folder is not a folder"),
     (["quickstart"], "no store at results/quickstart.zarr"),  # a catalog name: its default store
 ])
-def test_report_refuses_bad_arguments_in_one_line(args, says, tmp_path):
-    result = subprocess.run([TOKENSWEEP, "report", *args], capture_output=True, text=True, cwd=tmp_path)
+def test_report_refuses_bad_arguments_in_one_line(args, says, tmp_path, cli):
+    result = cli("report", *args, cwd=tmp_path)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert says in result.stderr and "Traceback" not in result.stderr

@@ -87,16 +87,15 @@ def report(
                                         metavar="DIR", show_default="none: report STORE"),
 ):
     """Write report.html (self-contained), report.md and the figures; --index DIR: every store's."""
+    if (store is None) == (index is None):  # before the report's imports (matplotlib, scipy: ~2 s)
+        fail("report: give either STORE (a store or a catalog name) or --index DIR, not both or neither")
     from ...pipeline.errors import SpecError, StoreError
-    from ...pipeline.report import write_report
     from ...pipeline.report.index import verdict_lines, write_index
     from ...pipeline.store import location
     from ...pipeline.store.cube import open_cube, read_status, stored_sweep
     from ...pipeline.store.layout import DONE
     from ...pipeline.store.reading import store_path
 
-    if (store is None) == (index is None):
-        fail("report: give either STORE (a store or a catalog name) or --index DIR, not both or neither")
     try:
         if index is not None:
             typer.echo(f"index: {write_index(index)}")
@@ -106,6 +105,8 @@ def report(
         store = location.normalised(store_path(location.normalised(store)))  # file:// URL: its path
         stored_sweep(store)
         flat = read_status(store)
+        from ...pipeline.report import write_report  # matplotlib, scipy: once the store is read
+
         with open_cube(store) as ds:
             if (flat != DONE).any():
                 typer.echo(f"warning: {(flat != DONE).sum()} partitions not done; "

@@ -11,6 +11,14 @@
 * `search_page`: the page of an adaptive boundary search (`tokensweep boundary`), not of a cube.
 """
 
-from .page import write_report
-
 __all__ = ["write_report"]
+
+
+def __getattr__(name):
+    # `write_report` on first use: importing a submodule (the index, a command checking its
+    # arguments) need not import every section, matplotlib and scipy (~2 s)
+    if name == "write_report":
+        from .page import write_report
+
+        return write_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
