@@ -13,6 +13,7 @@ is divided by sqrt(d); so a theory time t_th is simulated at t = t_th * sqrt(d)^
 from __future__ import annotations
 
 import functools
+import math
 from typing import Literal, Optional
 
 import numpy as np
@@ -31,14 +32,24 @@ NOISES = ("independent", "common")  # `kernels.sphere_noise`
 
 
 class SphereFlowGrid(Grid):
-    """beta, d, n and, with `noise`, the noise strength sigma (absent otherwise: no axis, no key)."""
+    """beta, d, n and, with `noise`, the noise strength sigma; omega, the turning speed of V's
+    eigenvectors (`value_rotation` as an axis). An optional axis left out is no axis, no key."""
 
     sigma: Optional[tuple[float, ...]] = None
+    omega: Optional[tuple[float, ...]] = None
 
     @field_validator("sigma")
     @classmethod
     def _noise_strength(cls, values):
         return nonnegative_axis(values, "sigma")
+
+    @field_validator("omega")
+    @classmethod
+    def _finite_speed(cls, values):
+        bad = [v for v in values if not math.isfinite(v)]
+        if bad:
+            raise ValueError(f"contains {bad}, but a turning speed must be finite: remove them")
+        return values
 
 
 class SphereFlowSweep(RecordingSweep, StartSweep):
@@ -127,10 +138,14 @@ class SphereFlowSweep(RecordingSweep, StartSweep):
                           f"and does not use beta, got {list(self.grid.beta)}: give one value")
         preset_v = (self.time_varying is not None
                     and vocabulary.TIME_VARYING_PRESETS[self.time_varying][3])
-        if (self.value_rotation and self.value in ("identity", "minus_identity")
+        if self.value_rotation and self.grid.omega is not None:
+            raise refuse("grid.omega", "and value_rotation both set the turning speed: give the "
+                         "axis grid.omega or the one value value_rotation, not both")
+        turning = "value_rotation" if self.value_rotation else "grid.omega" if self.turns else None
+        if (turning and self.value in ("identity", "minus_identity")
                 and "V" not in (self.matrices or {}) and not preset_v):
-            raise refuse("value_rotation", f"turns V's eigenvectors, but V = {self.value} has none "
-                          "to turn: choose a value ensemble or matrices.V, or remove value_rotation")
+            raise refuse(turning, f"turns V's eigenvectors, but V = {self.value} has none "
+                          f"to turn: choose a value ensemble or matrices.V, or remove {turning}")
         random_weights = self.qk != "identity" or self.value in ("ginibre", "goe", "wigner", "wishart")
         if self.ensemble_scaling == "authors" and not random_weights:
             raise refuse("ensemble_scaling", "'authors' rescales drawn matrices, but qk and value "
@@ -142,6 +157,11 @@ class SphereFlowSweep(RecordingSweep, StartSweep):
             raise refuse("layer_norm", f"{self.layer_norm!r} is one Euler layer per step: set "
                           "integrator: euler and give no noise, or use layer_norm: post")
         return self
+
+    @property
+    def turns(self) -> bool:
+        """Does V turn in some cell (`value_rotation`, or a nonzero value of grid.omega)?"""
+        return bool(self.value_rotation) or any(self.grid.omega or ())
 
     @model_validator(mode="after")
     def _on_the_device(self):
@@ -230,7 +250,7 @@ class SphereFlow(Model):
     def plain(sweep, value: str = "identity") -> bool:
         """Q = K = I, V = `value` ('identity' or 'minus_identity'), nothing time-varying or noisy."""
         return (sweep.qk == "identity" and sweep.value == value and sweep.time_varying is None
-                and not sweep.matrices and sweep.noise is None and not sweep.value_rotation
+                and not sweep.matrices and sweep.noise is None and not sweep.turns
                 and sweep.layer_norm == "post")
 
     @classmethod
@@ -315,12 +335,12 @@ class SphereFlow(Model):
 
     def sections(self, sweep):
         # here, not above: workers never draw (matplotlib, scipy.stats)
-        from ..report import clustering, overlaps, regions
+        from ..report import clustering, overlaps, regions, turning
 
         return [clustering.merge_section, clustering.cluster_count_section,
                 clustering.hemisphere_section, clustering.equiangular_section,
                 overlaps.tracking_section, overlaps.token2_section, overlaps.sharp_section,
-                regions.proven_section]
+                regions.proven_section, turning.turning_section]
 
 
 def kernel_start(start: Start):
@@ -354,6 +374,7 @@ def gpu_refusal(sweep):
         ("time_varying", s.time_varying, s.time_varying is not None, "remove time_varying"),
         ("noise", s.noise, s.noise is not None, "remove noise and grid.sigma"),
         ("value_rotation", s.value_rotation, bool(s.value_rotation), "remove value_rotation"),
+        ("grid.omega", s.grid.omega, s.grid.omega is not None, "remove grid.omega"),
         ("layer_norm", s.layer_norm, s.layer_norm != "post", "use layer_norm: post"))
     for field, value, off_path, fix in checks:
         if off_path:
@@ -366,8 +387,9 @@ def option_arguments(sweep, coords) -> dict:
     hardmax_tol, ensemble_scaling, layer_norm, device); with every option at its default, none
     (today's call)."""
     out = {} if sweep.noise is None else {"noise": sweep.noise, "sigma": float(coords["sigma"])}
-    if sweep.value_rotation:
-        out["value_rotation"] = sweep.value_rotation
+    omega = float(coords["omega"]) if "omega" in coords else sweep.value_rotation
+    if omega:
+        out["value_rotation"] = omega
     if sweep.attention.endswith("hardmax"):
         out["hardmax_tol"] = sweep.hardmax_tol
     if sweep.ensemble_scaling != "normalised":

@@ -1,17 +1,22 @@
 r"""The claims of [RST] (Rodríguez Abella, Silvestre, Tabuada, "The asymptotic behavior of attention
 in transformers") per catalog entry (`claims`): Thm 4.1's hemisphere collapse and its Lyapunov
 function, Thm 5.2's causal convergence to the top eigenvector (its hypotheses: lambda > 0 and a start
-in the hemisphere of v, checked on the spec first), the causal token-2 ODE and Thm 5.1's consensus
-error E(t) along every trajectory.
+in the hemisphere of v, checked on the spec first), the causal token-2 ODE, Thm 5.1's consensus
+error E(t) along every trajectory, and Thm 5.3's turning value matrix (token 1's closed form, the
+theorem's ball and basin, the far-side lune, the slip: `theory.turning`).
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..analysis.overlaps import token2_table
+from ..analysis.stats import wilson_interval
+from ..analysis.turning import turning_table
 from ..plugin import ReportInput
-from .claims import NOT_MET, Claim, cells_claim, not_checked
+from .claims import CELL_LEVEL, NOT_MET, Claim, cells_claim, every_trajectory, not_checked
 from .claims_common import cell_labels, per_trajectory
 from .claims_glprp import ROUNDING, integrator_bound
 
@@ -109,6 +114,115 @@ def consensus_to_zero(report: ReportInput) -> Claim:
                           "consensus_error", judge, "E(T)")(report)
 
 
+def turning_hypotheses(report: ReportInput):
+    """None where Thm 5.3's hypotheses hold on the spec (one head, causal, V symmetric with a simple
+    top eigenvalue lambda_1 > 0, the start in the open hemisphere of v_1(0)), else why not."""
+    sweep = report.sweep
+    V = np.asarray(sweep.matrices["V"][0], float)
+    values = np.linalg.eigvalsh(V)
+    lam, v = top_eigen(V)
+    if sweep.heads != 1 or not sweep.attention.startswith("causal"):
+        return "one head, causal attention"
+    if lam <= 0 or values[-1] - values[-2] <= 0:
+        return f"a simple top eigenvalue λ_1 > 0 (V's spectrum {np.round(values, 3).tolist()})"
+    start_v = getattr(sweep.init, "v", None)
+    about = np.eye(len(v))[0] if start_v == "e1" else None if isinstance(start_v, str) or start_v is None \
+        else np.asarray(start_v, float)
+    if sweep.init.kind != "hemisphere" or about is None or float(about @ v) <= 0:
+        return "the start in the open hemisphere of v_1(0)"
+    return None
+
+
+def turning(claim: str, source: str, expected: str):
+    """A claim judged by `check(report, table, claim, source, expected)` on
+    `analysis.turning.turning_table`: not checked without the table, hypothesis not met where
+    Thm 5.3's are not."""
+    return lambda check: functools.partial(_turning_claim, check, claim, source, expected)
+
+
+def _turning_claim(check, claim: str, source: str, expected: str, report: ReportInput) -> Claim:
+    table = turning_table(report.ds, report.sweep)
+    if table is None:
+        return Claim(claim, source, "—", expected, not_checked(
+            "needs causal attention, one head, an explicit symmetric V turning at ω and `states` recorded"))
+    why = turning_hypotheses(report)
+    if why is not None:
+        return Claim(claim, source, "—", f"hypothesis: {why}", NOT_MET)
+    return check(report, table, claim, source, expected)
+
+
+def _lock_cells(table):
+    lock = (table.kind == "lock") & (table.n_traj > 0)
+    dims = list(table.n_traj.dims)
+    return lock, dims
+
+
+@turning('token 1 follows x_1(t) = R(ωt) N(e^{(t-s)(V - ωJ)} R(ωs)^T x_1(s))',
+         '[RST] Thm 5.3, causal: token 1 alone (theory.turning)',
+         'max |x_1 - closed form| over checkpoints and trajectories ≤ T h^p')
+def turning_token1(report, table, claim, source, expected):
+    bound = integrator_bound(report)
+    use = (table.n_traj > 0).values.ravel()
+    dims = list(table.n_traj.dims)
+    return cells_claim(claim, source, expected.replace("T h^p", f"T h^p = {bound:.2g}"),
+                       (table.dev <= bound).values.ravel()[use], np.array(cell_labels(table.n_traj, dims))[use],
+                       "cells", f"largest deviation {float(table.dev.max()):.2g}", chance=False)
+
+
+@turning('every start in the open hemisphere of v_1(0) ends within α(ε) of v_1(t), α of class K (α(0) = 0)',
+         '[RST] Thm 5.3',
+         'every token within π/2 of v_1(T) on every trajectory of the locked cells (ε < δ/2): the far '
+         'side would need α(ε) ≥ 2, which a class-K α cannot give at small ε')
+def turning_ball(report, table, claim, source, expected):
+    lock, _ = _lock_cells(table)
+    if not bool(lock.any()):
+        return Claim(claim, source, "no locked cell", expected, not_checked("no cell with ε < δ/2"))
+    angles = table.angle.where(lock).values.ravel()
+    angles = angles[np.isfinite(angles)]
+    verdict = every_trajectory(claim, source, expected, angles < np.pi / 2, angles, "angle to v_1(T) (rad)",
+                               worst_fmt=lambda x: f"{x:.3f}")
+    if verdict.verdict == "holds":
+        return verdict
+    return verdict.with_detail(
+        verdict.detail + "; reading: a start in the lune between the hemisphere's edge and the separatrix of "
+        "V - ωJ (dihedral angle lag(ε)) ends at -v_1(t), for every ε > 0, so no α with α(ε) → 0 bounds it: "
+        "the basin is not the whole open hemisphere. The proof's ISS step fails at b = <y, v_1> = 0, where "
+        "the decay δ c_1 (1 - b²) b vanishes and the turning (ε) pushes b below 0")
+
+
+@turning('the starts that end at -v_1(t) are the lune of dihedral angle lag(ε): a fraction lag(ε)/π',
+         'closed form (theory.turning; beyond [RST])',
+         'per locked cell, the fraction of trajectories whose token 1 ends beyond π/2 of v_1(T), against lag/π (uniform start on the open hemisphere)')
+def turning_lune(report, table, claim, source, expected):
+    lock, dims = _lock_cells(table)
+    lock = lock.values.ravel()
+    if report.sweep.init.kind != "hemisphere" or not lock.any():
+        return Claim(claim, source, "—", expected, not_checked("no locked cell from a uniform hemisphere start"))
+    n = table.n_traj.values.ravel()[lock].astype(int)
+    k = np.rint(table.far.values.ravel()[lock] * n).astype(int)
+    p = table.far_theory.values.ravel()[lock]
+    lo, hi = wilson_interval(k, n, CELL_LEVEL)
+    labels = [f"{label}: {a}/{b} vs {c:.3f}"
+              for label, a, b, c in zip(np.array(cell_labels(table.n_traj, dims))[lock], k, n, p)]
+    return cells_claim(claim, source, expected, (lo - 1e-12 <= p) & (p <= hi + 1e-12), labels, "cells",
+                       f"{int(k.sum())} of {int(n.sum())} trajectories end on the far side")
+
+
+@turning('above ε = δ/2 no lock: token 1 slips against v_1(t) at the rate sqrt(ε² - δ²/4)',
+         'closed form (theory.turning; beyond [RST])',
+         'per slipping cell, |measured rate - rate| ≤ π/(T - t_1)')
+def turning_slip(report, table, claim, source, expected):
+    slip = ((table.kind == "slip") & (table.n_traj > 0)).values.ravel()
+    if not slip.any():
+        return Claim(claim, source, "no slipping cell", expected, not_checked("no cell with ε > δ/2"))
+    bound = table.attrs["rate_bound"]
+    dev = np.abs(table.rate - table.rate_theory).values.ravel()[slip]
+    dims = list(table.n_traj.dims)
+    return cells_claim(claim, source, expected.replace("π/(T - t_1)", f"π/(T - t_1) = {bound:.3g}"),
+                       dev <= bound, np.array(cell_labels(table.n_traj, dims))[slip], "cells",
+                       f"largest |rate - theory| {float(dev.max()):.3g}", chance=False)
+
+
 CLAIMS = {
     "rst-hemisphere": (one_cluster("two heads, hemisphere start: one cluster", "[RST] Thm 4.1"), hemisphere_kept,
                        non_increasing("hemisphere_margin", "the Lyapunov function max_i (1 - <v, x_i>) is "
@@ -118,6 +232,7 @@ CLAIMS = {
     "rst-causal-identity": (token2,),
     "rst-causal-positive": (thm52,),
     "rst-causal-negative": (thm52,),
+    "rst-turning-value": (turning_token1, turning_ball, turning_lune, turning_slip),
     "rst-random-frequencies": (non_increasing("consensus_error", "E(t) decreases over t on every trajectory",
                                               "[RST] Fig. 4"), consensus_to_zero),
 }

@@ -58,6 +58,7 @@ COORD_ATTRS = {
     "d": {"long_name": "dimension of the ambient space", "units": "1"},
     "n": {"long_name": "number of tokens", "units": "1"},
     "sigma": {"long_name": "noise strength", "units": "1"},
+    "omega": {"long_name": "turning speed of the value matrix's eigenvectors", "units": "rad per unit time"},
     "rho0": {"long_name": "initial overlap of the two tokens", "units": "1"},
     "layers": {"long_name": "number of layers (h = T / layers)", "units": "1"},
     "t": {"long_name": "checkpoint time", "units": "1"},
