@@ -16,6 +16,9 @@ compared with the numbers stored beside the hashes (`fingerprints.npz`), within 
     python tests/fingerprints.py            # print this tree's fingerprints against the file
     python tests/fingerprints.py --write    # record them for this CPU type (after a change
                                             # that is meant to change numbers: say so in the commit)
+    python tests/fingerprints.py --new      # record the arrays and summaries of entries that have
+                                            # none yet (a new entry), no hashes: on a CPU type
+                                            # that has hashes, its slots are checked within ROUNDING
 """
 
 from __future__ import annotations
@@ -137,10 +140,10 @@ def stored_partition(store, sweep, part, plan) -> dict[str, np.ndarray]:
 def partitions_problem(store, name: str, record: dict) -> str | None:
     """None when the first and last partitions of a stored small-scale cube of `name` have the
     recorded numbers (as `cube_problem`), else the first that differs."""
-    known = record.get("by_cpu", {}).get(cpu_key())
+    known = record.get("by_cpu", {}).get(cpu_key(), {})
     for label, sweep, part, plan in partitions(name, None):
         out, slot = stored_partition(store, sweep, part, plan), f"{name}/{label}/whole"
-        if known is not None:
+        if slot in known:
             if digest(out) != known[slot]:
                 return f"{slot}: digest differs from {known[slot][:16]}"
         elif (problem := summaries_agree(summary(out), record["summaries"][slot])) is not None:
@@ -193,7 +196,27 @@ def close_enough(got: np.ndarray, want: np.ndarray) -> str | None:
     return f"{differ} of {got.size} entries differ"
 
 
+def add_new(record: dict) -> int:
+    """Record the head arrays and the summaries of the entries that have none (`--new`)."""
+    names = [n for n in catalog_names() if not any(slot.startswith(f"{n}/") for slot in record["summaries"])]
+    with np.load(ARRAYS) as stored:
+        arrays = dict(stored)
+    for name in names:
+        for head, tier in ((HEAD, "head"), (None, "whole")):
+            for label, out in entry_outputs(name, head).items():
+                slot = f"{name}/{label}/{tier}"
+                record["summaries"][slot] = summary(out)
+                if tier == "head":
+                    arrays.update({f"{slot}/{k}": v for k, v in out.items()})
+                print(f"new {slot} (arrays and summary, no hash)")
+    FILE.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    np.savez_compressed(ARRAYS, **arrays)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if "--new" in argv:
+        return add_new(load())
     write = "--write" in argv
     key, record = cpu_key(), load()
     mine = record.setdefault("by_cpu", {}).setdefault(key, {})

@@ -1,0 +1,35 @@
+"""Which sphere-flow specs `device: cuda` covers (`kernels/sphere/gpu.py`): the first option off
+the GPU path, as a refusal that names the field and the fix (docs/models.md section 2.10)."""
+
+from __future__ import annotations
+
+__all__ = ["GPU_PATH", "gpu_refusal"]
+
+GPU_PATH = ("device: cuda runs retraction Euler with SA or USA, Q = K = I, V = +-I, one head, "
+            "beta >= 0, nothing time-varying, noisy or turning, post-LN")
+
+
+def gpu_refusal(sweep):
+    """(field, text) of the first option `device: cuda` does not cover, or None (beta >= 0 is
+    every spec's rule already)."""
+    if sweep.device == "cpu":
+        return None
+    s = sweep
+    checks = (  # field, its value, off the GPU path, the fix
+        ("integrator", s.integrator, s.integrator != "euler", "set integrator: euler"),
+        ("attention", s.attention, s.attention.endswith("hardmax"),
+         "choose sa, usa, causal_sa or causal_usa"),
+        ("heads", s.heads, s.heads != 1, "set heads: 1"),
+        ("qk", s.qk, s.qk != "identity", "set qk: identity"),
+        ("value", s.value, s.value not in ("identity", "minus_identity"),
+         "set value: identity or minus_identity"),
+        ("matrices", sorted(s.matrices or ()), bool(s.matrices), "remove matrices"),
+        ("time_varying", s.time_varying, s.time_varying is not None, "remove time_varying"),
+        ("noise", s.noise, s.noise is not None, "remove noise and grid.sigma"),
+        ("value_rotation", s.value_rotation, bool(s.value_rotation), "remove value_rotation"),
+        ("grid.omega", s.grid.omega, s.grid.omega is not None, "remove grid.omega"),
+        ("layer_norm", s.layer_norm, s.layer_norm != "post", "use layer_norm: post"))
+    for field, value, off_path, fix in checks:
+        if off_path:
+            return field, f"got {value!r}, but {GPU_PATH}: {fix}, or set device: cpu"
+    return None
