@@ -45,12 +45,14 @@ __all__ = ["Model", "ReportInput", "Part", "Section", "CLOSED_FORMS", "check_out
 
 @dataclass(frozen=True)
 class ReportInput:
-    """What a report section reads: the cube, its typed spec, the output folder, the interval level."""
+    """What a report section reads: the cube, its typed spec, the output folder, the interval level,
+    and another cube to draw beside it (`tokensweep report --beside`)."""
 
     ds: object  # xarray.Dataset (not imported here: specs and the registry stay light)
     sweep: SweepBase
     out: Path
     level: float = 0.95
+    beside: object = None  # another cube drawn beside this one (`report.beside`), or None
 
 
 class Part(NamedTuple):

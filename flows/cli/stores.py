@@ -5,6 +5,7 @@ None of them computes a partition; each refuses a store it cannot read in one li
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Optional
 
@@ -85,10 +86,16 @@ def report(
     index: Optional[str] = typer.Option(None, help="write DIR/index.html linking the report of every "
                                         "store under DIR (writing those missing or stale)",
                                         metavar="DIR", show_default="none: report STORE"),
+    beside: Optional[str] = typer.Option(None, help="another store (or catalog name) drawn beside STORE: "
+                                         "the cluster counts over t of both on the cells both hold "
+                                         "([F26] Fig. 9: the stochastic and the deterministic dynamics)",
+                                         metavar="OTHER", show_default="none"),
 ):
     """Write report.html (self-contained), report.md and the figures; --index DIR: every store's."""
     if (store is None) == (index is None):  # before the report's imports (matplotlib, scipy: ~2 s)
         fail("report: give either STORE (a store or a catalog name) or --index DIR, not both or neither")
+    if beside is not None and index is not None:
+        fail("report: --beside draws one other store beside STORE: give STORE, not --index")
     from ...pipeline.errors import SpecError, StoreError
     from ...pipeline.report.index import verdict_lines, write_index
     from ...pipeline.store import location
@@ -105,13 +112,16 @@ def report(
         store = location.normalised(store_path(location.normalised(store)))  # file:// URL: its path
         stored_sweep(store)
         flat = read_status(store)
+        other = None if beside is None else location.normalised(store_path(location.normalised(beside)))
+        if other is not None:
+            stored_sweep(other)
         from ...pipeline.report import write_report  # matplotlib, scipy: once the store is read
 
-        with open_cube(store) as ds:
+        with open_cube(store) as ds, (open_cube(other) if other else contextlib.nullcontext()) as other_ds:
             if (flat != DONE).any():
                 typer.echo(f"warning: {(flat != DONE).sum()} partitions not done; "
                            "the report covers done partitions' cells only", err=True)
-            paths = write_report(ds, Path(out) if out else location.report_dir(store))
+            paths = write_report(ds, Path(out) if out else location.report_dir(store), beside=other_ds)
     except (StoreError, SpecError) as err:
         fail(str(err))
     for name, path in paths.items():

@@ -16,6 +16,8 @@ Only counted trajectories (`stats.done_finite`) enter. Per grid cell:
   time, and a start outside can still enter one, so at a later first checkpoint the fraction may
   only exceed it.
 * `cluster_count_mean`: mean number of clusters over (grid..., t).
+* `settle_times`: per trajectory, the checkpoint after the cluster count's last change (the
+  plateau statistic of [F26] App. D.2: a metastable flow changes its count late).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import xarray as xr
 
 from .stats import closed_form, done_finite, flag, wilson_interval
 
-__all__ = ["frac_close_mean", "cluster_count_mean", "crossing_time", "crossing_table",
+__all__ = ["frac_close_mean", "cluster_count_mean", "settle_times", "crossing_time", "crossing_table",
            "equiangular_table", "hemisphere_table", "HEMISPHERE_LEVEL"]
 
 HEMISPHERE_LEVEL = 0.99
@@ -139,3 +141,15 @@ def hemisphere_table(ds: xr.Dataset, level: float = 0.95, probability=None) -> x
     table["agrees"] = below & (table.theory >= lo99 - 1e-12) if at_start else below
     table.attrs = {"t": float(first["t"]), "level": level, "two_sided": at_start}
     return table
+
+
+def settle_times(counts: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per trajectory (rows of `counts`, cluster counts over the checkpoints `t`), the first
+    checkpoint from which the count no longer changes (t[0] where it never changes).
+
+    >>> settle_times(np.array([[3, 2, 2, 2], [3, 3, 3, 1], [1, 1, 1, 1]]), np.array([1.0, 2, 3, 4]))
+    array([2., 4., 1.])
+    """
+    changed = np.diff(counts, axis=1) != 0  # between t[j] and t[j + 1]
+    last = np.where(changed.any(axis=1), changed.shape[1] - np.argmax(changed[:, ::-1], axis=1), 0)
+    return np.asarray(t, float)[last]

@@ -24,6 +24,7 @@ from ..analysis.stats import stored_spec
 from ..models import get_model
 from ..plugin import ReportInput
 from .agreement import agreement_summary, agreement_table
+from .beside import beside_section
 from .caveats import caveats, cells_done, unresolved_fraction
 from .claims_table import check_claims, claims_lines, entry_of, verdict_counts
 from .class_counts import class_count_section
@@ -96,14 +97,16 @@ def local_scheduler() -> dict:
     return {"scheduler": dask.threaded.get}  # a function: a name would make dask import distributed
 
 
-def write_report(ds: xr.Dataset, out_dir, level: float = 0.95) -> dict:
+def write_report(ds: xr.Dataset, out_dir, level: float = 0.95, beside: xr.Dataset | None = None) -> dict:
     """Write report.md, report.html (self-contained) and summary.json with their figures into
-    out_dir; return {'report': md path, 'html': html path, 'summary': json path, figure: path, ...}."""
+    out_dir; return {'report': md path, 'html': html path, 'summary': json path, figure: path, ...}.
+    `beside`: another cube (e.g. the deterministic counterpart of [F26] Fig. 9) drawn beside this
+    one on the cells both hold (`report.beside`), and read by the claims that compare the two."""
     with tables_once():  # the sections, claims and summary ask for the same tables many times
-        return _write_report(ds, out_dir, level)
+        return _write_report(ds, out_dir, level, beside)
 
 
-def _write_report(ds: xr.Dataset, out_dir, level: float) -> dict:
+def _write_report(ds: xr.Dataset, out_dir, level: float, beside) -> dict:
     sweep = stored_spec(ds)
     if sweep is None:
         raise ValueError("the Dataset carries no tokensweep spec (attribute `tokensweep_spec`): "
@@ -111,12 +114,15 @@ def _write_report(ds: xr.Dataset, out_dir, level: float) -> dict:
     model = get_model(sweep.model)
     if ds.nbytes <= IN_MEMORY_BYTES:  # the sections read most of it, many times: read it once
         ds = ds.compute(**local_scheduler())
+    if beside is not None and beside.nbytes <= IN_MEMORY_BYTES:
+        beside = beside.compute(**local_scheduler())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    report_input = ReportInput(ds, sweep, out, level)
+    report_input = ReportInput(ds, sweep, out, level, beside)
     body, figures, t = [], {}, float("nan")
-    # the model's sections, then those any cube may have: classes over time, recorded observables
-    for section in [*model.sections(sweep), class_count_section, recorded_section]:
+    # the model's sections, then those any cube may have: classes over time, recorded observables,
+    # the cube beside this one
+    for section in [*model.sections(sweep), class_count_section, recorded_section, beside_section]:
         part = section(report_input)
         body += part.lines
         figures.update(part.figures)
