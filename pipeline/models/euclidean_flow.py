@@ -11,6 +11,7 @@ hull vertices, the number of psi_1 hyperplanes, the rank and Booleanness of P(T)
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal, Optional, Union
 
 import numpy as np
@@ -30,7 +31,18 @@ HeadMatrices = Union[Matrix, tuple[Matrix, ...]]  # one d x d matrix (every head
 
 
 class EuclideanGrid(Grid):
-    """Tokens in R^d [GLPR-E]: d = 1 is allowed (no sphere to live on)."""
+    """Tokens in R^d [GLPR-E]: d = 1 is allowed (no sphere to live on). `start_scale`: an axis of
+    factors multiplying every start (the flow is not scale invariant: [GLPR-E] Remark 3)."""
+
+    start_scale: Optional[tuple[float, ...]] = None
+
+    @field_validator("start_scale")
+    @classmethod
+    def _positive_scale(cls, values):
+        bad = [v for v in values if not (math.isfinite(v) and v > 0)]
+        if bad:
+            raise ValueError(f"contains {bad}, but a start's scale must be finite and > 0: remove them")
+        return values
 
     @field_validator("d")
     @classmethod
@@ -191,9 +203,12 @@ class EuclideanFlow(Model):
         from ...kernels.euclidean.flow import simulate_euclidean_flow
 
         d = int(coords["d"])
+        x0 = starts_of(sweep, coords, rngs)
+        if "start_scale" in coords:  # [GLPR-E] Remark 3: the same kind of start, scaled
+            x0 = x0 * float(coords["start_scale"])
         out = simulate_euclidean_flow(
             rngs, **sphere_cell(coords), **matrix_arguments(sweep, d),
-            integrator=sweep.integrator, x0=starts_of(sweep, coords, rngs), **time_arguments(sweep))
+            integrator=sweep.integrator, x0=x0, **time_arguments(sweep))
         return reduce_final_states(sweep, coords, out)
 
     def geometry_claims(self, sweep, d) -> str:
@@ -230,9 +245,9 @@ class EuclideanFlow(Model):
         return predicted_slope(V, sweep.time.h, sweep.integrator)
 
     def sections(self, sweep):
-        from ..report import boolean_rate, geometry  # here, not above: workers never draw
+        from ..report import boolean_rate, geometry, start_scale  # here, not above: workers never draw
 
-        return [geometry.geometry_section, boolean_rate.boolean_rate_section]
+        return [geometry.geometry_section, boolean_rate.boolean_rate_section, start_scale.start_scale_section]
 
 
 model = EuclideanFlow()

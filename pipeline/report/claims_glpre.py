@@ -128,7 +128,27 @@ def ginibre_good_share(report: ReportInput) -> Claim:
                  "vectors), so good triples are half as many; a Monte Carlo on matrices, not on the cube")
 
 
+def remark3(report: ReportInput) -> Claim:
+    """Remark 3: how many layers clustering takes depends on the starts' typical modulus (the flow
+    is not scale invariant): the settle times differ across the start_scale axis, a Kruskal-Wallis
+    test at 1 % per value of the other axes (`report.start_scale`)."""
+    from .start_scale import scale_test, settle_table
+
+    claim = "how fast the tokens cluster depends on the typical modulus of the starts"
+    source, expected = "[GLPR-E] Remark 3", "settle times differ across start_scale: Kruskal-Wallis p < 0.01"
+    table = settle_table(report.ds)
+    if table is None:
+        return Claim(claim, source, "—", expected, not_checked("no start_scale axis (or no n_clusters)"))
+    tests = scale_test(table)
+    medians = "; ".join(f"{label or 'grid'}: median t " + ", ".join(
+        f"{fmt(float(np.median(t)), 3)} (×{s:g})" for s, t in series) for label, _, series in tests)
+    ps = [p for _, p, _ in tests]
+    verdict = HOLDS if ps and all(p < 0.01 for p in ps) else FAILS
+    return Claim(claim, source, medians, expected, verdict, "p = " + ", ".join(f"{p:.2g}" for p in ps))
+
+
 CLAIMS = {
+    "glpre-remark3": (remark3,),
     "glpre-polytope": (final("centres_on_hull", "V = I: the rescaled tokens converge to the vertices of a polytope",
                              "[GLPR-E] Thm 3.1 / Fig. 5", "every cluster centre of z(T) a hull vertex",
                              lambda v: v.astype(bool), "on hull (0/1)", largest_is_worst=False),),

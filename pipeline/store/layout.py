@@ -60,6 +60,7 @@ COORD_ATTRS = {
     "sigma": {"long_name": "noise strength", "units": "1"},
     "omega": {"long_name": "turning speed of the value matrix's eigenvectors", "units": "rad per unit time"},
     "rho0": {"long_name": "initial overlap of the two tokens", "units": "1"},
+    "start_scale": {"long_name": "factor multiplying every start", "units": "1"},
     "layers": {"long_name": "number of layers (h = T / layers)", "units": "1"},
     "t": {"long_name": "checkpoint time", "units": "1"},
     "traj": {"long_name": "trajectory index", "units": "1"},
