@@ -99,6 +99,10 @@ class Model:
         """The declared outputs of len(rngs) trajectories of the cell at `coords`."""
         raise NotImplementedError(f"model {self.name!r} does not define simulate()")
 
+    def spec_outputs(self, sweep: SweepBase) -> Mapping[str, object]:
+        """Outputs a spec asks for beyond `outputs` (an option of the model's own); none by default."""
+        return {}
+
     def local_problem(self, sweep: SweepBase) -> str | None:
         """Why this process cannot compute the sweep's partitions (one line), or None."""
         return None

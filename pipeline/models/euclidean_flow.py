@@ -20,7 +20,7 @@ from pydantic import Field, field_validator, model_validator
 from ...kernels import vocabulary
 from ...kernels.vocabulary import OutputSpec
 from ..plugin import Model
-from ..spec.base import Grid, refuse
+from ..spec.base import Grid, refuse, short
 from ..spec.matrices import Matrix, as_array, check_fixes_d, per_head_matrices, square_matrix
 from ..spec.starts import Start, StartSweep, legacy_euclidean, starts_of
 from ..theory.good_triple import good_triple  # [GLPR-E] Def. 1: where psi_1 is defined
@@ -83,6 +83,7 @@ class EuclideanFlowSweep(StartSweep):
     K: Optional[HeadMatrices] = None
     integrator: Literal[vocabulary.EUCLIDEAN_INTEGRATORS] = "rk4"
     init: Start = Start(kind="box", half_width=5.0)
+    codimension: bool = False  # the output codim_values ([GLPR-E] Conj. 4.2): one head, V symmetric
 
     @model_validator(mode="before")
     @classmethod
@@ -110,6 +111,13 @@ class EuclideanFlowSweep(StartSweep):
                               " or use V: identity / minus_identity" if name == "V" else "")
         if self.integrator == "discrete" and self.V not in vocabulary.EUCLIDEAN_VALUE_ENSEMBLES:
             check_discrete_step(self)
+        symmetric = self.V in ("identity", "minus_identity", "goe", "wishart") or (
+            not isinstance(self.V, str) and all(np.allclose(m, np.transpose(m)) for m in
+                                                np.reshape(np.asarray(self.V, float), (-1, *np.shape(self.V)[-2:]))))
+        if self.codimension and (self.heads != 1 or not symmetric):
+            raise refuse("codimension", f"[GLPR-E] Conj. 4.2 is about one head and a symmetric V, got heads = "
+                         f"{self.heads} and V = {short(self.V)}: set heads: 1 and V: goe | wishart | a symmetric "
+                         "matrix, or remove codimension")
         return self
 
 
@@ -163,6 +171,11 @@ REDUCTIONS = {
                                                 "Boolean matrix", "1"),
 }
 FINAL_STATES = ("z_final", "P_final")
+# `codimension: true` ([GLPR-E] Conj. 4.2): the parallel subspaces the tokens end near
+CODIMENSION = {"codim_values": OutputSpec(
+    False, "int16", "distinct points among the projections of z_i(T) onto the span of the eigenvectors of "
+    "positive eigenvalue of the symmetric V, at eps times their radius (-1 if V has no positive "
+    "eigenvalue)", "1")}
 
 
 def reduce_final_states(sweep, coords: dict, out: dict) -> dict:
@@ -186,8 +199,25 @@ def reduce_final_states(sweep, coords: dict, out: dict) -> dict:
         if psi1_defined[r]:
             n_psi1[r] = len(geo.psi1_values(z[r], Vs[r][0], sweep.eps))
         rank[r], boolean[r] = geo.attention_rank_and_booleanness(P[r])
+    if sweep.codimension:
+        out["codim_values"] = np.array([-1 if bad[r] else codim_values(z[r], Vs[r][0], sweep.eps)
+                                        for r in range(ntraj)], np.int16)
     return {**out, "centres_on_hull": hull, "n_psi1_values": n_psi1, "attention_rank": rank,
             "booleanness": boolean}
+
+
+def codim_values(z, V, eps: float) -> int:
+    """[GLPR-E] Conj. 4.2: the number of distinct points among the projections of the tokens z
+    (n, d) onto the span of V's eigenvectors of positive eigenvalue (V symmetric): each is one of
+    the parallel subspaces of codimension k (k = how many positive eigenvalues) the tokens end near;
+    -1 where k = 0."""
+    from ..analysis import geometry as geo
+
+    values, vectors = np.linalg.eigh(np.asarray(V, float))
+    positive = vectors[:, values > 0]
+    if positive.shape[1] == 0:
+        return -1
+    return int(geo.cluster_labels(np.asarray(z, float) @ positive, eps)[1])
 
 
 class EuclideanFlow(Model):
@@ -198,6 +228,9 @@ class EuclideanFlow(Model):
     outputs = {**{k: v for k, v in vocabulary.EUCLIDEAN_FLOW_OUTPUTS.items() if k not in FINAL_STATES},
                **REDUCTIONS}
     report_facts = ("V", "Q", "K", "heads", "integrator", "init")
+
+    def spec_outputs(self, sweep) -> dict:
+        return CODIMENSION if sweep.codimension else {}
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.euclidean.flow import simulate_euclidean_flow

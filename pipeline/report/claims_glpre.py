@@ -149,6 +149,15 @@ def remark3(report: ReportInput) -> Claim:
 
 CLAIMS = {
     "glpre-remark3": (remark3,),
+    "glpre-conj42": (final("codim_values", "the tokens end near at most 3 parallel subspaces of codimension k "
+                           "(k = 2 positive eigenvalues: lines along e3)", "[GLPR-E] Conj. 4.2 / Fig. 7a",
+                           "1 to 3 distinct projections of z(T) onto V's positive eigenspace on every trajectory",
+                           lambda v: (v >= 1) & (v <= 3), "count"),
+                     fixed("the same at n = 256, d = 128 with a symmetric random V", "[GLPR-E] Conj. 4.2 / Figs. 7b, 15",
+                           "per-eigen-coordinate variance over tokens -> 0",
+                           "its smallest positive eigenvalues are near 0 and set the rate (measured: no "
+                           "projection merged by T = 100 at d = 16, GOE); Fig. 15's coordinates over t "
+                           "would need the R^d flow's states per checkpoint, which it does not record")),
     "glpre-polytope": (final("centres_on_hull", "V = I: the rescaled tokens converge to the vertices of a polytope",
                              "[GLPR-E] Thm 3.1 / Fig. 5", "every cluster centre of z(T) a hull vertex",
                              lambda v: v.astype(bool), "on hull (0/1)", largest_is_worst=False),),

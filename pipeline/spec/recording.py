@@ -97,10 +97,11 @@ def record_arguments(sweep) -> dict:
 
 
 def declared_outputs(model, sweep) -> dict:
-    """The outputs a cube of `sweep` holds: the model's, then the observables it records."""
+    """The outputs a cube of `sweep` holds: the model's, the observables it records, then those an
+    option of the model adds (`Model.spec_outputs`)."""
     extra = {name: OBSERVABLES[name] for name in getattr(sweep, "record", ())
              if name not in model.outputs}
-    return {**model.outputs, **extra}
+    return {**model.outputs, **extra, **model.spec_outputs(sweep)}
 
 
 def dimension_sizes(sweep) -> dict[str, int]:
