@@ -13,6 +13,11 @@ Post-processing of `z_final` (n, d) and `P_final` (n, n) from `tokensweep.kernel
 - lambda_1(V) > 0 simple: psi_1 is the left eigenvector of V (eigenvector of V^T) for the
   eigenvalue of largest modulus (real, positive, simple, <Q phi_1, K phi_1> > 0), unit norm, first non-zero entry positive; the coordinates
   psi_1^T z_i converge to at most 3 values (typically 2).
+- V symmetric with k positive eigenvalues ([GLPR-E] Conj. 4.2, Thm 5.1): the projections of the
+  z_i onto their eigenspace F. `positive_values`: how many distinct points they make (the
+  conjecture: at most 3 parallel subspaces of codimension k); `on_projected_boundary`: whether every
+  one lies within eps * (their radius) of the boundary of their convex hull, or of 0 (Thm 5.1:
+  dist(z_i, (boundary of K or 0) x G) -> 0 for a polytope K in F).
 - Rates: the spread exponent log(spread(T) / spread(t_m)) / log(T / t_m), t_m the checkpoint
   nearest T/2 (t_m > 0): -1/2 for V = -I ([GLPR-E] Thm C.5, docs/models.md section 3).
 - d = 1: P(t) converges to a Boolean matrix of rank <= 3. Booleanness defect
@@ -195,3 +200,46 @@ def spread_exponent(ds: xr.Dataset) -> xr.DataArray:
     m = inner[np.argmin(np.abs(t[inner] - t[-1] / 2))]
     ratio = ds["spread"].isel(t=-1) / ds["spread"].isel(t=m)
     return np.log(ratio) / np.log(t[-1] / t[m])
+
+
+def positive_projection(z, V) -> np.ndarray:
+    """The tokens z (n, d) in the coordinates of the eigenvectors of the symmetric V with positive
+    eigenvalue: (n, k), k = 0 where there is none."""
+    values, vectors = np.linalg.eigh(np.asarray(V, dtype=np.float64))
+    return _as_state(z) @ vectors[:, values > 0]
+
+
+def positive_values(z, V, eps=1e-3) -> int:
+    """How many distinct points the projections make (clusters at eps times their radius); -1
+    where V has no positive eigenvalue."""
+    p = positive_projection(z, V)
+    return -1 if p.shape[1] == 0 else int(cluster_labels(p, eps)[1])
+
+
+def on_projected_boundary(z, V, eps=1e-3) -> bool:
+    """Does every projection lie within eps * r of the boundary of their convex hull or of 0
+    (r: their largest norm)? A hull with empty interior in R^k is all boundary. False where V has
+    no positive eigenvalue.
+
+    >>> square = np.array([[1, 1, 5], [1, -1, 0], [-1, 1, 2], [-1, -1, 7], [0, 0, 1], [1, 0, 3]])
+    >>> on_projected_boundary(square, np.diag([1.0, 2.0, -1.0]))   # (0, 0) and an edge point
+    True
+    >>> on_projected_boundary(np.vstack([square, [0.5, 0.2, 0]]), np.diag([1.0, 2.0, -1.0]))
+    False
+    """
+    from scipy.spatial import ConvexHull, QhullError
+
+    p = positive_projection(z, V)
+    if p.shape[1] == 0:
+        return False
+    tol = eps * max(float(np.max(np.linalg.norm(p, axis=1))), 1e-300)
+    if p.shape[1] == 1:
+        distance = np.minimum(p[:, 0] - p[:, 0].min(), p[:, 0].max() - p[:, 0])
+    else:
+        try:
+            hull = ConvexHull(p)
+        except QhullError:  # the points span less than F: no interior
+            return True
+        # a x + b <= 0 inside, |a| = 1: a point's distance to the boundary is its smallest |a x + b|
+        distance = np.min(np.abs(p @ hull.equations[:, :-1].T + hull.equations[:, -1]), axis=1)
+    return bool(np.all((distance <= tol) | (np.linalg.norm(p, axis=1) <= tol)))

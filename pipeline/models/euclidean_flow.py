@@ -83,7 +83,7 @@ class EuclideanFlowSweep(StartSweep):
     K: Optional[HeadMatrices] = None
     integrator: Literal[vocabulary.EUCLIDEAN_INTEGRATORS] = "rk4"
     init: Start = Start(kind="box", half_width=5.0)
-    codimension: bool = False  # the output codim_values ([GLPR-E] Conj. 4.2): one head, V symmetric
+    codimension: bool = False  # codim_* outputs ([GLPR-E] Conj. 4.2, Thm 5.1): one head, V symmetric
 
     @model_validator(mode="before")
     @classmethod
@@ -115,7 +115,7 @@ class EuclideanFlowSweep(StartSweep):
             not isinstance(self.V, str) and all(np.allclose(m, np.transpose(m)) for m in
                                                 np.reshape(np.asarray(self.V, float), (-1, *np.shape(self.V)[-2:]))))
         if self.codimension and (self.heads != 1 or not symmetric):
-            raise refuse("codimension", f"[GLPR-E] Conj. 4.2 is about one head and a symmetric V, got heads = "
+            raise refuse("codimension", f"[GLPR-E] Conj. 4.2 and Thm 5.1 are about one head and a symmetric V, got heads = "
                          f"{self.heads} and V = {short(self.V)}: set heads: 1 and V: goe | wishart | a symmetric "
                          "matrix, or remove codimension")
         return self
@@ -171,11 +171,14 @@ REDUCTIONS = {
                                                 "Boolean matrix", "1"),
 }
 FINAL_STATES = ("z_final", "P_final")
-# `codimension: true` ([GLPR-E] Conj. 4.2): the parallel subspaces the tokens end near
-CODIMENSION = {"codim_values": OutputSpec(
-    False, "int16", "distinct points among the projections of z_i(T) onto the span of the eigenvectors of "
-    "positive eigenvalue of the symmetric V, at eps times their radius (-1 if V has no positive "
-    "eigenvalue)", "1")}
+# `codimension: true` ([GLPR-E] Conj. 4.2, Thm 5.1): z(T) projected onto V's positive eigenspace
+CODIMENSION = {
+    "codim_values": OutputSpec(False, "int16", "distinct points among the projections of z_i(T) onto the "
+                               "span of the eigenvectors of positive eigenvalue of the symmetric V, at eps "
+                               "times their radius (-1 if V has no positive eigenvalue)", "1"),
+    "codim_on_boundary": OutputSpec(False, "bool", "every projection of z_i(T) onto that span lies within eps "
+                                    "times their largest norm of the boundary of their convex hull, or of 0", "1"),
+}
 
 
 def reduce_final_states(sweep, coords: dict, out: dict) -> dict:
@@ -200,24 +203,12 @@ def reduce_final_states(sweep, coords: dict, out: dict) -> dict:
             n_psi1[r] = len(geo.psi1_values(z[r], Vs[r][0], sweep.eps))
         rank[r], boolean[r] = geo.attention_rank_and_booleanness(P[r])
     if sweep.codimension:
-        out["codim_values"] = np.array([-1 if bad[r] else codim_values(z[r], Vs[r][0], sweep.eps)
+        out["codim_values"] = np.array([-1 if bad[r] else geo.positive_values(z[r], Vs[r][0], sweep.eps)
                                         for r in range(ntraj)], np.int16)
+        out["codim_on_boundary"] = np.array([not bad[r] and geo.on_projected_boundary(z[r], Vs[r][0], sweep.eps)
+                                             for r in range(ntraj)], bool)
     return {**out, "centres_on_hull": hull, "n_psi1_values": n_psi1, "attention_rank": rank,
             "booleanness": boolean}
-
-
-def codim_values(z, V, eps: float) -> int:
-    """[GLPR-E] Conj. 4.2: the number of distinct points among the projections of the tokens z
-    (n, d) onto the span of V's eigenvectors of positive eigenvalue (V symmetric): each is one of
-    the parallel subspaces of codimension k (k = how many positive eigenvalues) the tokens end near;
-    -1 where k = 0."""
-    from ..analysis import geometry as geo
-
-    values, vectors = np.linalg.eigh(np.asarray(V, float))
-    positive = vectors[:, values > 0]
-    if positive.shape[1] == 0:
-        return -1
-    return int(geo.cluster_labels(np.asarray(z, float) @ positive, eps)[1])
 
 
 class EuclideanFlow(Model):

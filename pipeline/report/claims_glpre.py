@@ -168,9 +168,10 @@ CLAIMS = {
                                          "[GLPR-E] Thm 4.1 / Figs. 13-14", "1 to 3 distinct ψ_1 values on "
                                          "every trajectory", lambda v: (v >= 1) & (v <= 3), "count")),
                     on_good_triple(mostly_two("[GLPR-E] Thm 4.1 / Figs. 13-14", "planes"))),
-    "glpre-fig8": (fixed("the (x1, x2) projections of z cluster on a polytope", "[GLPR-E] Thm 5.1 / Fig. 8",
-                         "projected centres on the projected hull",
-                         "the cube's hull test uses all of z, not the projection the theorem is about"),),
+    "glpre-fig8": (final("codim_on_boundary", "the (x1, x2) projections of z end on the boundary of a polytope, "
+                         "or at 0", "[GLPR-E] Thm 5.1 / Fig. 8", "every projection onto V's positive eigenspace "
+                         "within eps of the boundary of their hull, or of 0, on every trajectory",
+                         lambda v: v.astype(bool), "on the boundary (0/1)", largest_is_worst=False),),
     "glpre-boolean-d1": (final("attention_rank", "d = 1: P(t) tends to a Boolean matrix of rank ≤ 3",
                                "[GLPR-E] Thm 2.1 / Fig. 3", "rank of P(T) ≤ 3 on every trajectory",
                                lambda v: v <= 3, "rank"), boolean_slope),
