@@ -1,0 +1,71 @@
+"""A pytest plugin that measures numba's compilation per test and per process (numba's event API),
+for the quick suite's compile floor (issue 23: the suite's time minus what compiling costs).
+
+    NUMBA_CACHE_DIR=$(mktemp -d) PYTHONPATH=benchmarks python -m pytest -q -p pytest_compile_log
+    python benchmarks/pytest_compile_log.py        # the summary of the last run
+
+Each test process writes COMPILE_LOG-PID.json (default /tmp/tokensweep-compile): its total, and
+every outermost compilation (function, signature, seconds, the test that triggered it). The
+summary prints the total per process and the compilations, longest first: the same function
+under two signatures is compiled twice (e.g. a read-only and a writable array).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import time
+
+PREFIX = os.environ.get("COMPILE_LOG", "/tmp/tokensweep-compile")
+LOG = {"compile": 0.0, "compilations": []}
+_state = {"depth": 0, "start": 0.0, "what": "", "test": "?"}
+
+
+def pytest_configure(config):
+    from numba.core import event
+
+    class Outermost(event.Listener):
+        """Times the outermost compilation only (a kernel compiles its callees inside)."""
+
+        def on_start(self, ev):
+            if _state["depth"] == 0:
+                dispatcher = ev.data.get("dispatcher")
+                function = getattr(dispatcher, "py_func", None)
+                _state["what"] = (f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}"
+                                  f" {ev.data.get('args')}")
+                _state["start"] = time.perf_counter()
+            _state["depth"] += 1
+
+        def on_end(self, ev):
+            _state["depth"] -= 1
+            if _state["depth"] == 0:
+                seconds = time.perf_counter() - _state["start"]
+                LOG["compile"] += seconds
+                LOG["compilations"].append([_state["what"], seconds, _state["test"]])
+
+    event.register("numba:compile", Outermost())
+
+
+def pytest_runtest_setup(item):
+    _state["test"] = item.nodeid
+
+
+def pytest_sessionfinish(session):
+    with open(f"{PREFIX}-{os.getpid()}.json", "w") as f:
+        json.dump(LOG, f)
+
+
+def summary() -> None:
+    for path in sorted(glob.glob(f"{PREFIX}-*.json")):
+        log = json.load(open(path))
+        if not log["compilations"]:
+            continue
+        print(f"{path}: {log['compile']:.1f} s of compilation")
+        for what, seconds, test in sorted(log["compilations"], key=lambda c: -c[1]):
+            print(f"  {seconds:6.1f} s  {what[:100]}  <- {test}")
+
+
+if __name__ == "__main__":
+    sys.exit(summary())
