@@ -32,8 +32,9 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..theory.turning import lock_or_slip, rotation, turning_first_token
-from .stats import done_finite
+from ..theory.turning import lock_or_slip, rotation, top_eigen, turning_first_token
+from .once import once
+from .stats import done_finite, stored_spec
 
 __all__ = ["turning_table", "turning_inputs"]
 
@@ -59,8 +60,12 @@ def _phase_step_ok(sweep, V, omegas, times) -> bool:
     return float(np.max(np.diff(np.concatenate([[0.0], times])))) * speed < np.pi
 
 
-def turning_table(ds: xr.Dataset, sweep) -> xr.Dataset | None:
-    """The table of the module docstring, over the cube's grid dims (omega included), or None."""
+@once
+def turning_table(ds: xr.Dataset, sweep=None) -> xr.Dataset | None:
+    """The table of the module docstring, over the cube's grid dims (omega included), or None.
+    sweep: the cube's stored spec by default (one table per report: the section and each claim
+    read it)."""
+    sweep = stored_spec(ds) if sweep is None else sweep
     inputs = turning_inputs(sweep)
     if inputs is None or "states" not in ds or ds.sizes["t"] < 2:
         return None
@@ -68,9 +73,7 @@ def turning_table(ds: xr.Dataset, sweep) -> xr.Dataset | None:
     times = ds["t"].values.astype(float)
     if not _phase_step_ok(sweep, V, omegas, times):
         return None
-    v1 = np.linalg.eigh(V)[1][:, -1]
-    if v1[np.argmax(np.abs(v1))] < 0:
-        v1 = -v1
+    v1 = top_eigen(V)[1]
     keep = done_finite(ds, ds["nonfinite"] if "nonfinite" in ds else ds["states"].isel(t=0, drop=True))
     cells = [d for d in keep.dims if d != "traj"]
     fields = {name: [] for name in ("dev", "lag_theory", "lag", "far_theory", "far", "rate_theory", "rate",
@@ -94,7 +97,7 @@ def turning_table(ds: xr.Dataset, sweep) -> xr.Dataset | None:
                 fields[name].append(np.nan)
             continue
         first = states[:, :, 0, :]  # token 1: (traj, t, component)
-        exact = np.array([turning_first_token(x[0], V, omega, times[0], times) for x in first])
+        exact = turning_first_token(first[:, 0], V, omega, times[0], times)  # (traj, t, component)
         fields["dev"].append(float(np.abs(first - exact).max()))
         v1_T = rotation(V.shape[0], omega * times[-1]) @ v1
         to_v1 = np.arccos(np.clip(states[:, -1] @ v1_T, -1.0, 1.0))  # (traj, token)

@@ -16,9 +16,8 @@ import itertools
 import numpy as np
 
 from ..analysis.clustering import settle_times
-from ..analysis.stats import grid_dims
+from ..analysis.stats import grid_dims, stored_spec
 from ..plugin import Part, ReportInput
-from ..spec.base import SPEC_ATTR
 from .claims_common import trajectories
 from .figures import figure_title, save, subplots
 from .tables import fmt, rows_table
@@ -28,9 +27,8 @@ __all__ = ["beside_section", "beside_table", "cube_name"]
 
 def cube_name(ds) -> str:
     """The spec name a cube was run under."""
-    import json
-
-    return json.loads(ds.attrs.get(SPEC_ATTR, "{}")).get("name", "?")
+    sweep = stored_spec(ds)
+    return "?" if sweep is None else sweep.name
 
 
 def shared_cells(ds, other):

@@ -16,6 +16,7 @@ from ..analysis.overlaps import token2_table
 from ..analysis.stats import wilson_interval
 from ..analysis.turning import turning_table
 from ..plugin import ReportInput
+from ..theory.turning import top_eigen
 from .claims import CELL_LEVEL, NOT_MET, Claim, cells_claim, every_trajectory, not_checked
 from .claims_common import cell_labels, per_trajectory
 from .claims_glprp import ROUNDING, integrator_bound
@@ -52,9 +53,14 @@ def hemisphere_kept(report: ReportInput) -> Claim:
                           largest_is_worst=False)(report)
 
 
-def top_eigen(V) -> tuple[float, np.ndarray]:
-    values, vectors = np.linalg.eigh(np.asarray(V, float))
-    return float(values[-1]), vectors[:, -1]
+def starts_about(init, v) -> bool:
+    """Is the start uniform on the open hemisphere about v (`top_eigen`'s sign: the one the
+    measurements of `analysis.turning` take as v_1), as Thms 5.2 and 5.3 ask?"""
+    pole = getattr(init, "v", None)
+    if init.kind != "hemisphere" or pole is None or pole == "random":
+        return False
+    pole = np.eye(len(v))[0] if pole == "e1" else np.asarray(pole, float)
+    return float(pole @ v) / float(np.linalg.norm(pole)) > 1 - 1e-9
 
 
 def thm52(report: ReportInput) -> Claim:
@@ -77,9 +83,7 @@ def thm52(report: ReportInput) -> Claim:
     if lam <= 0:
         return Claim(claim, source, f"top eigenvalue λ = {lam:g}", "hypothesis: λ > 0", NOT_MET,
                      "with λ < 0 the tokens approach ±v in a causal cascade: not this theorem")
-    start_v = getattr(init, "v", None)
-    if init.kind != "hemisphere" or start_v is None or isinstance(start_v, str) or \
-            float(np.dot(np.asarray(start_v, float), v)) <= 0:
+    if not starts_about(init, v):
         return Claim(claim, source, f"λ = {lam:g}; start {init.kind}", "hypothesis: start in v's hemisphere", NOT_MET)
     return one_cluster(claim, source)(report)
 
@@ -125,10 +129,7 @@ def turning_hypotheses(report: ReportInput):
         return "one head, causal attention"
     if lam <= 0 or values[-1] - values[-2] <= 0:
         return f"a simple top eigenvalue λ_1 > 0 (V's spectrum {np.round(values, 3).tolist()})"
-    start_v = getattr(sweep.init, "v", None)
-    about = np.eye(len(v))[0] if start_v == "e1" else None if isinstance(start_v, str) or start_v is None \
-        else np.asarray(start_v, float)
-    if sweep.init.kind != "hemisphere" or about is None or float(about @ v) <= 0:
+    if not starts_about(sweep.init, v):
         return "the start in the open hemisphere of v_1(0)"
     return None
 
@@ -141,7 +142,7 @@ def turning(claim: str, source: str, expected: str):
 
 
 def _turning_claim(check, claim: str, source: str, expected: str, report: ReportInput) -> Claim:
-    table = turning_table(report.ds, report.sweep)
+    table = turning_table(report.ds)
     if table is None:
         return Claim(claim, source, "—", expected, not_checked(
             "needs causal attention, one head, an explicit symmetric V turning at ω and `states` recorded"))
@@ -151,10 +152,9 @@ def _turning_claim(check, claim: str, source: str, expected: str, report: Report
     return check(report, table, claim, source, expected)
 
 
-def _lock_cells(table):
-    lock = (table.kind == "lock") & (table.n_traj > 0)
-    dims = list(table.n_traj.dims)
-    return lock, dims
+def _locked(table):
+    """The cells whose token 1 locks and that have trajectories."""
+    return (table.kind == "lock") & (table.n_traj > 0)
 
 
 @turning('token 1 follows x_1(t) = R(ωt) N(e^{(t-s)(V - ωJ)} R(ωs)^T x_1(s))',
@@ -174,7 +174,7 @@ def turning_token1(report, table, claim, source, expected):
          'every token within π/2 of v_1(T) on every trajectory of the locked cells (ε < δ/2): the far '
          'side would need α(ε) ≥ 2, which a class-K α cannot give at small ε')
 def turning_ball(report, table, claim, source, expected):
-    lock, _ = _lock_cells(table)
+    lock = _locked(table)
     if not bool(lock.any()):
         return Claim(claim, source, "no locked cell", expected, not_checked("no cell with ε < δ/2"))
     angles = table.angle.where(lock).values.ravel()
@@ -194,8 +194,7 @@ def turning_ball(report, table, claim, source, expected):
          'closed form (theory.turning; beyond [RST])',
          'per locked cell, the fraction of trajectories whose token 1 ends beyond π/2 of v_1(T), against lag/π (uniform start on the open hemisphere)')
 def turning_lune(report, table, claim, source, expected):
-    lock, dims = _lock_cells(table)
-    lock = lock.values.ravel()
+    lock, dims = _locked(table).values.ravel(), list(table.n_traj.dims)
     if report.sweep.init.kind != "hemisphere" or not lock.any():
         return Claim(claim, source, "—", expected, not_checked("no locked cell from a uniform hemisphere start"))
     n = table.n_traj.values.ravel()[lock].astype(int)

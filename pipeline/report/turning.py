@@ -20,7 +20,7 @@ __all__ = ["turning_section"]
 
 
 def turning_section(report: ReportInput) -> Part:
-    table = turning_table(report.ds, report.sweep)
+    table = turning_table(report.ds)  # the cube's own spec: one table for the section and the claims
     if table is None:
         return Part([], {})
     dims = [d for d in grid_dims(report.ds) if d in table.dims]

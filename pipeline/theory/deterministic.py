@@ -109,11 +109,9 @@ def causal_first_token(x1_0, V, t):
 
     Returns shape (d,) for scalar t, (len(t), d) for an array of times.
     """
-    from scipy import linalg
-    x, V, t = np.asarray(x1_0, float), np.asarray(V, float), np.asarray(t, float)
-    ys = np.array([linalg.expm(s * V) @ x for s in t.ravel()])
-    ys /= np.linalg.norm(ys, axis=-1, keepdims=True)
-    return ys.reshape(t.shape + x.shape)
+    from .turning import turning_first_token  # the same flow with V not turning (omega = 0)
+
+    return turning_first_token(x1_0, V, 0.0, 0.0, t)
 
 
 def causal_token2_overlap(a0, beta: float, t):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["rotation", "turning_frame_matrix", "turning_first_token", "lock_or_slip"]
+__all__ = ["rotation", "top_eigen", "turning_frame_matrix", "turning_first_token", "lock_or_slip"]
 
 
 def rotation(d: int, angle) -> np.ndarray:
@@ -28,6 +28,14 @@ def rotation(d: int, angle) -> np.ndarray:
     c, s = np.cos(angle), np.sin(angle)
     out[..., 0, 0], out[..., 0, 1], out[..., 1, 0], out[..., 1, 1] = c, -s, s, c
     return out
+
+
+def top_eigen(V) -> tuple[float, np.ndarray]:
+    """The top eigenvalue of the symmetric V and its eigenvector v_1, its largest entry positive (the
+    sign the claims and the measurements of a turning V share)."""
+    values, vectors = np.linalg.eigh(np.asarray(V, float))
+    v = vectors[:, -1]
+    return float(values[-1]), v if v[np.argmax(np.abs(v))] > 0 else -v
 
 
 def turning_frame_matrix(V, omega: float) -> np.ndarray:
@@ -40,6 +48,8 @@ def turning_frame_matrix(V, omega: float) -> np.ndarray:
 
 def turning_first_token(x_s, V, omega: float, s: float, t):
     """x_1 at the times `t` from x_1(s) = x_s (causal attention, one head; module docstring).
+    x_s may hold many starts (..., d): each e^{(u - s)M} is computed once for all of them.
+    Returns shape x_s.shape[:-1] + t.shape + (d,).
 
     >>> V = np.diag([1.0, 0.3, -0.5])
     >>> x = turning_first_token([1.0, 0.0, 0.0], V, 0.0, 0.0, [0.0, 5.0])
@@ -49,13 +59,14 @@ def turning_first_token(x_s, V, omega: float, s: float, t):
     from scipy import linalg
 
     x_s, t = np.asarray(x_s, float), np.asarray(t, float)
-    d = x_s.size
+    d = x_s.shape[-1]
     M = turning_frame_matrix(V, omega)
-    y_s = rotation(d, omega * s).T @ x_s
-    ys = np.array([linalg.expm((u - s) * M) @ y_s for u in t.ravel()])
+    y_s = x_s @ rotation(d, omega * s)  # R(ws)^T x_s, row by row
+    flows = np.array([linalg.expm((u - s) * M) for u in t.ravel()])  # (nt, d, d)
+    ys = np.einsum("kij,...j->...ki", flows, y_s)
     ys /= np.linalg.norm(ys, axis=-1, keepdims=True)
-    xs = np.einsum("kij,kj->ki", rotation(d, omega * t.ravel()), ys)
-    return xs.reshape(t.shape + (d,))
+    xs = np.einsum("kij,...kj->...ki", rotation(d, omega * t.ravel()), ys)
+    return xs.reshape(x_s.shape[:-1] + t.shape + (d,))
 
 
 def lock_or_slip(V, omega: float) -> tuple[str, float, float]:
@@ -77,7 +88,6 @@ def lock_or_slip(V, omega: float) -> tuple[str, float, float]:
         return "slip", float("nan"), float(abs(values[top].imag))
     if ties.sum() > 1:  # a real double eigenvalue (omega = D / 2 exactly): neither, say so
         return "boundary", float("nan"), 0.0
-    _, v_vectors = np.linalg.eigh(np.asarray(V, float))
-    u, v1 = vectors[:, top].real, v_vectors[:, -1]
+    u, v1 = vectors[:, top].real, top_eigen(V)[1]
     cos = abs(float(u @ v1)) / float(np.linalg.norm(u))
     return "lock", float(np.arccos(min(cos, 1.0))), 0.0
