@@ -89,3 +89,23 @@ def test_the_command_draws_beside_and_refuses_in_one_line(pair, tmp_path):
         refused = run_in_process("report", *args)
         assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
         assert "Traceback" not in refused.stderr
+
+
+def test_beside_png_draws_both_cubes_mean_cluster_counts(pair):
+    from tokensweep.pipeline.report.beside import beside_table, plot_beside
+    from tokensweep.pipeline.report.figures import plt
+
+    with open_cube(pair["stochastic"]) as ds, open_cube(pair["deterministic"]) as other:
+        rows, why = beside_table(ds, other)
+        assert why is None
+        fig = plot_beside(rows, ds.attrs, None)
+        try:
+            panels = [ax for ax in fig.axes if ax.get_visible()]
+            assert [ax.get_title() for ax in panels] == ["beta = 1, d = 3, n = 8", "beta = 9, d = 3, n = 8"]
+            for ax, beta in zip(panels, (1.0, 9.0)):
+                for line, cube in zip(ax.get_lines(), (ds, other)):  # every trajectory done and finite
+                    counts = cube.n_clusters.sel(beta=beta).squeeze(drop=True).transpose("t", "traj").values
+                    np.testing.assert_allclose(line.get_xdata(), cube.t.values)
+                    np.testing.assert_allclose(line.get_ydata(), counts.mean(axis=1), rtol=1e-6)
+        finally:
+            plt.close(fig)

@@ -27,6 +27,13 @@ SPEC = {"name": "scaled", "model": "euclidean_flow", "V": "identity", "init": {"
         "time": {"T": 6.0, "layers": 120, "checkpoints": 24}, "trajectories": 24, "seed": 5}
 
 
+def settled_by_hand(ds, scale):
+    """Per trajectory of a cell, the first checkpoint after the cluster count's last change."""
+    t = ds.t.values
+    counts = ds.n_clusters.sel(start_scale=scale).squeeze(drop=True).transpose("traj", "t").values
+    return np.array([t[max([j + 1 for j in range(len(r) - 1) if r[j + 1] != r[j]] or [0])] for r in counts])
+
+
 def test_the_axis_scales_the_starts_the_kernel_gets():
     sweep = parse_sweep(SPEC)
     coords = {"beta": 1.0, "d": 2, "n": 12, "start_scale": 3.0}
@@ -49,12 +56,7 @@ def test_section_and_claim_read_the_settle_times_of_the_cube(tmp_path):
     path = tmp_path / "scaled.zarr"
     write_cube(SPEC, path)
     ds = open_cube(path)
-    t = ds.t.values
-    by_hand = {}
-    for s in (0.3, 3.0):
-        counts = ds.n_clusters.sel(start_scale=s).squeeze(drop=True).transpose("traj", "t").values
-        by_hand[s] = np.array([t[max([j + 1 for j in range(len(r) - 1) if r[j + 1] != r[j]] or [0])]
-                               for r in counts])
+    by_hand = {s: settled_by_hand(ds, s) for s in (0.3, 3.0)}
     out = tmp_path / "report"
     write_report(ds, out)
     page = (out / "report.md").read_text()
@@ -70,3 +72,19 @@ def test_section_and_claim_read_the_settle_times_of_the_cube(tmp_path):
     claim = remark3(ReportInput(ds, parse_sweep(SPEC), tmp_path, 0.95))
     assert claim.verdict == ("holds" if p < 0.01 else "fails") and claim.detail == f"p = {p:.2g}"
     assert json.loads((out / "summary.json").read_text())["name"] == "scaled"
+
+
+def test_start_scale_png_draws_the_median_settle_time_per_scale(tmp_path):
+    from tokensweep.pipeline.report.figures import plt
+    from tokensweep.pipeline.report.start_scale import plot_scale, scale_test, settle_table
+
+    write_cube(SPEC, tmp_path / "scaled.zarr")
+    ds = open_cube(tmp_path / "scaled.zarr")
+    medians = [np.median(settled_by_hand(ds, s)) for s in (0.3, 3.0)]
+    fig = plot_scale(scale_test(settle_table(ds)), ds.attrs, None)
+    try:
+        (line,) = fig.axes[0].get_lines()
+        np.testing.assert_allclose(line.get_xdata(), [0.3, 3.0])
+        np.testing.assert_allclose(line.get_ydata(), medians)
+    finally:
+        plt.close(fig)

@@ -137,3 +137,31 @@ def test_claims_of_a_turning_cube(turning_cube, tmp_path):
     report = ReportInput(ds=ds, sweep=other, out=tmp_path, level=0.99)
     assert CLAIMS["rst-turning-value"][1](report).verdict == "hypothesis not met"
     assert json.loads(json.dumps(ball.as_dict()))["source"] == "[RST] Thm 5.3"
+
+
+def test_turning_png_draws_the_measured_lag_and_rate_on_their_closed_forms(turning_cube):
+    from tokensweep.pipeline.report.figures import plt
+    from tokensweep.pipeline.report.turning import plot_turning
+
+    _, path = turning_cube
+    ds = open_cube(path)
+    table = turning_table(ds)
+    fig = plot_turning(table, V, 0.0, ds.attrs, None)
+    try:
+        lag_axes, rate_axes = fig.axes[:2]
+        lag_curve, lag_points = lag_axes.get_lines()
+        w = lag_curve.get_xdata()
+        locked = w < 0.35
+        np.testing.assert_allclose(lag_curve.get_ydata()[locked], np.arcsin(2 * w[locked] / 0.7) / 2, atol=1e-12)
+        np.testing.assert_allclose(lag_points.get_xdata(), [0.0, 0.25])
+        np.testing.assert_allclose(lag_points.get_ydata(), table.lag.sel(omega=[0.0, 0.25]).values.ravel())
+        rate_curve, rate_points = rate_axes.get_lines()
+        w = rate_curve.get_xdata()
+        slipping = w > 0.35
+        np.testing.assert_allclose(rate_curve.get_ydata()[slipping], np.sqrt(w[slipping] ** 2 - 0.35 ** 2),
+                                   atol=1e-12)
+        assert np.isnan(rate_curve.get_ydata()[~slipping]).all()
+        np.testing.assert_allclose(rate_points.get_xdata(), [0.5])
+        np.testing.assert_allclose(rate_points.get_ydata(), table.rate.sel(omega=[0.5]).values.ravel())
+    finally:
+        plt.close(fig)
