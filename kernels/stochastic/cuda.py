@@ -38,8 +38,10 @@ MAX_DIM = 64
 THREADS_PER_BLOCK = 64
 ATTENTION_CODES = {"sa": device_steps.SA, "usa": device_steps.USA,
                    "causal_sa": device_steps.CAUSAL_SA}
+# gaussian, literal: the value matrices' noise; scalar: one normal per layer shared by the tokens,
+# scaling the attention step ([F26] (7), the hybrid model)
 NOISE_CODES = {"gaussian": device_steps.GAUSSIAN, "literal": device_steps.LITERAL,
-               "hybrid": device_steps.HYBRID}
+               "scalar": device_steps.HYBRID}
 LAW_CODES = {"gaussian": 0, "rademacher": 1, "uniform": 2}  # = lowlevel.philox.fill's laws
 SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"
 
@@ -97,7 +99,7 @@ def simulate_stochastic_cuda(key, trajectories, *, n, d, beta, value_std=1.0, T,
 
     key: (k0, k1), the cell's Philox key (`lowlevel.philox.device_key`). Returns the arrays of
     `vocabulary.STOCHASTIC_OUTPUTS` as the CPU kernel does. target: "cuda" (a GPU, or
-    numba-cuda's simulator) or "cpu" (the same source by numba.njit on the host). noise="hybrid"
+    numba-cuda's simulator) or "cpu" (the same source by numba.njit on the host). noise="scalar"
     runs the hybrid model with sigma = value_std (`simulate_hybrid_cuda`).
     """
     n, d, layers = int(n), int(d), int(layers)
@@ -148,5 +150,5 @@ def simulate_hybrid_cuda(key, trajectories, *, n, d, beta, sigma, T, layers, che
         raise ValueError(f"sigma = {sigma!r}, but the noise level must be finite and >= 0")
     return simulate_stochastic_cuda(
         key, trajectories, n=n, d=d, beta=beta, value_std=float(sigma), T=T, layers=layers,
-        checkpoint_layers=checkpoint_layers, attention=attention, noise="hybrid", eps=eps,
+        checkpoint_layers=checkpoint_layers, attention=attention, noise="scalar", eps=eps,
         stop_when_resolved=stop_when_resolved, resolved_window=resolved_window, target=target)

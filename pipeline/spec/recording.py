@@ -14,8 +14,8 @@ shape per variable); everything else works over any grid. No numba here: specs a
 shaped from the declarations alone.
 
 >>> from tokensweep.pipeline.spec.load import parse_sweep
->>> s = parse_sweep({"name": "r", "model": "hybrid", "grid": {"beta": 1, "d": 3, "n": 4,
-...     "sigma": 0.5}, "time": {"T": 1.0, "layers": 10}, "trajectories": 2,
+>>> s = parse_sweep({"name": "r", "model": "stochastic_transformer", "grid": {"beta": 1, "d": 3, "n": 4},
+...     "time": {"T": 1.0, "layers": 10}, "trajectories": 2,
 ...     "record": ["overlap_hist", "gram"], "record_bins": 4})
 >>> dimension_sizes(s)
 {'bin': 4, 'i': 4, 'j': 4, 'token': 4, 'component': 3}

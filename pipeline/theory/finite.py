@@ -168,8 +168,7 @@ def report_times(T: float, checkpoints=()) -> tuple:
 @functools.lru_cache(maxsize=1024)  # ~0.5 MB each when ~80 times are kept
 def _solve(coeff_key: tuple, times: tuple, eps: float, resolution: int):
     """(xi, c, u_-(xi, t), u_+(xi, t)) on the grid, one column per time."""
-    kind, args = coeff_key[0], coeff_key[1:]
-    coefficients = _stochastic_coefficients(*args) if kind == "stochastic" else _hybrid_coefficients(*args)
+    coefficients = coeff_key[0](*coeff_key[1:])  # (the model's drift and diffusion, their arguments)
     c = float(np.arctanh(1 - eps))  # band edge y_+ = c, y_- = -c
     xi_band = float(np.arcsinh(1.0))
     h = xi_band / resolution
@@ -192,7 +191,7 @@ def _solve(coeff_key: tuple, times: tuple, eps: float, resolution: int):
             sol = integrate.solve_ivp(lambda _, u: big @ u, (0.0, float(t.max())), start, method="BDF",
                                       t_eval=t[positive], jac=big, rtol=1e-6, atol=1e-9)
         if not sol.success or not np.all(np.abs(sol.y - 0.5) <= 0.5 + 1e-6):
-            raise RuntimeError(f"backward equation solver failed for {coeff_key}: {sol.message}")
+            raise RuntimeError(f"backward equation solver failed for {coeff_key[0].__name__}{coeff_key[1:]}: {sol.message}")
         out[:, positive] = sol.y
     n = xi.size
     return xi, c, np.clip(out[:n], 0, 1), np.clip(out[n:], 0, 1)
@@ -247,7 +246,7 @@ def stochastic_outcomes(t, beta: float, d: int, attention: str = "sa", eps: floa
         raise ValueError(f"beta={beta!r} must be finite and >= 0")
     if not value_std > 0:
         raise ValueError(f"value_std={value_std!r} must be > 0")
-    key = ("stochastic", float(beta), d, attention, float(value_std))
+    key = (_stochastic_coefficients, float(beta), d, attention, float(value_std))
     return _outcomes(key, t, eps, d, rho0, resolution, along)
 
 
@@ -264,5 +263,5 @@ def hybrid_outcomes(t, beta: float, sigma: float, attention: str = "usa", d: int
         raise ValueError(f"sigma={sigma!r}: the finite-T solver needs noise, sigma > 0")
     if not np.isfinite(beta) or beta < 0:
         raise ValueError(f"beta={beta!r} must be finite and >= 0")
-    key = ("hybrid", float(beta), float(sigma), attention)
+    key = (_hybrid_coefficients, float(beta), float(sigma), attention)
     return _outcomes(key, t, eps, d, rho0, resolution, along)
