@@ -58,9 +58,10 @@ def catalog() -> list[CatalogEntry]:
 
     from .pipeline.spec.load import CATALOG as folder
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser, where built: ~10x faster
     entries = []
     for path in sorted(folder.glob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}  # noqa: S506 (a safe loader)
         entries.append(CatalogEntry(path.stem, str(data.get("model", "")),
                                     " ".join(str(data.get("description", "")).split()), str(path)))
     return entries

@@ -24,6 +24,7 @@ compared with the numbers stored beside the hashes (`fingerprints.npz`), within 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import platform
@@ -46,12 +47,16 @@ ROUNDING = {"rtol": 1e-6, "atol": 1e-9, "integer_share": 0.02}
 ROUNDING_FLOAT32 = {**ROUNDING, "rtol": 1e-5, "atol": 1e-5}
 
 
-def rounding_of(name: str) -> dict:
-    """The tolerances another CPU type's rounding needs for an entry's outputs."""
+@functools.cache
+def network_entries() -> frozenset[str]:
     import tokensweep
 
-    network = {entry.name for entry in tokensweep.catalog() if entry.model == "network"}
-    return ROUNDING_FLOAT32 if name in network else ROUNDING
+    return frozenset(entry.name for entry in tokensweep.catalog() if entry.model == "network")
+
+
+def rounding_of(name: str) -> dict:
+    """The tolerances another CPU type's rounding needs for an entry's outputs."""
+    return ROUNDING_FLOAT32 if name in network_entries() else ROUNDING
 
 
 def cpu_key() -> str:
