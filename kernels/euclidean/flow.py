@@ -212,8 +212,9 @@ def _per_head(name, m, d, heads):
                              f"({d}, {d}) matrix for every head or {heads} of them")
         return np.ascontiguousarray([_square(f"{name}[{h}]", arr[h], d) for h in range(heads)])
     # a copy, not the read-only broadcast view: numba compiles the kernel once more for every
-    # read-only/writable combination of V, Q and K it is given (~8-20 s each, measured)
-    return np.array(np.broadcast_to(_square(name, arr, d), (heads, d, d)))
+    # read-only/writable or C/strided combination of V, Q and K it is given (~8-20 s each,
+    # measured; a copy of a broadcast view keeps its strides unless asked for C order)
+    return np.array(np.broadcast_to(_square(name, arr, d), (heads, d, d)), order="C")
 
 
 def invertible_step(v_sum, h):
@@ -310,7 +311,7 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
     # one block for shared matrices, one trajectory at a time for drawn ones
     blocks = [slice(r, r + 1) for r in range(ntraj)] if drawn else [slice(0, ntraj)]
     for block in blocks:
-        v = np.array(values[block.start])  # writable, as Q and K (`_per_head`): one compilation
+        v = np.array(values[block.start], order="C")  # writable, C-ordered: as Q, K (`_per_head`)
         if scheme == DISCRETE and not invertible_step(v.sum(axis=0), h):
             out.nonfinite[block] = True  # R singular for this draw: no z frame (module docstring)
             z[block] = np.nan
