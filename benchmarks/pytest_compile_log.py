@@ -5,7 +5,8 @@ for the quick suite's compile floor (issue 23: the suite's time minus what compi
     python benchmarks/pytest_compile_log.py        # the summary of the last run
 
 Each test process writes COMPILE_LOG-PID.json (default /tmp/tokensweep-compile): its total, and
-every outermost compilation (function, signature, seconds, the test that triggered it). The
+every outermost compilation (function, signature, seconds, the test that triggered it), the time
+spent in tests (setup, call, teardown) and the process's whole time. The
 summary prints the total per process and the compilations, longest first: the same function
 under two signatures is compiled twice (e.g. a read-only and a writable array).
 """
@@ -19,7 +20,7 @@ import sys
 import time
 
 PREFIX = os.environ.get("COMPILE_LOG", "/tmp/tokensweep-compile")
-LOG = {"compile": 0.0, "compilations": []}
+LOG = {"compile": 0.0, "compilations": [], "tests": 0.0, "started": time.time()}
 _state = {"depth": 0, "start": 0.0, "what": "", "test": "?"}
 
 
@@ -52,7 +53,12 @@ def pytest_runtest_setup(item):
     _state["test"] = item.nodeid
 
 
+def pytest_runtest_logreport(report):
+    LOG["tests"] += report.duration  # setup, call and teardown
+
+
 def pytest_sessionfinish(session):
+    LOG["session"] = time.time() - LOG["started"]  # the process's life, collection included
     with open(f"{PREFIX}-{os.getpid()}.json", "w") as f:
         json.dump(LOG, f)
 
@@ -62,7 +68,8 @@ def summary() -> None:
         log = json.load(open(path))
         if not log["compilations"]:
             continue
-        print(f"{path}: {log['compile']:.1f} s of compilation")
+        print(f"{path}: {log['compile']:.1f} s of compilation, {log.get('tests', 0):.1f} s in tests "
+              f"(compilation included), {log.get('session', 0):.1f} s from start to end")
         for what, seconds, test in sorted(log["compilations"], key=lambda c: -c[1]):
             print(f"  {seconds:6.1f} s  {what[:100]}  <- {test}")
 

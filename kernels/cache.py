@@ -31,10 +31,22 @@ def source_digest(folder: Path = Path(__file__).parent) -> str:
     return h.hexdigest()[:16]
 
 
+PREFIX = "kernels-"
+
+
 def use_versioned_cache_dir() -> str:
-    """Point numba's cache at a folder specific to this exact kernel source; return it."""
+    """Point numba's cache at a folder specific to this exact kernel source; return it.
+
+    The folder is written to NUMBA_CACHE_DIR too: numba re-reads its settings from the environment
+    at the next compilation whenever any NUMBA_ variable changes (a notebook setting
+    NUMBA_NUM_THREADS), and would otherwise point the kernels imported after that at the
+    unversioned base. A child process inherits it and selects the folder of its own source beside
+    it (a base that is itself a versioned folder stands for its parent)."""
     base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(Path.home(), ".cache", "tokensweep", "numba")
-    folder = os.path.join(base, f"kernels-{source_digest()}")
+    if Path(base).name.startswith(PREFIX):
+        base = str(Path(base).parent)
+    folder = os.path.join(base, f"{PREFIX}{source_digest()}")
+    os.environ["NUMBA_CACHE_DIR"] = folder
     numba.config.CACHE_DIR = folder  # read when each @njit(cache=True) is decorated
     return folder
 

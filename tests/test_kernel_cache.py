@@ -99,3 +99,17 @@ def test_every_kernel_module_caches_in_the_versioned_folder():
         cached = [f.stats.cache_path for f in vars(module).values()  # those with cache=True
                   if isinstance(f, Dispatcher) and f.py_func.__module__ == name and f.stats.cache_path]
         assert all(path.startswith(folder) for path in cached), name
+
+
+def test_versioned_folder_survives_numba_rereading_its_settings(monkeypatch):
+    """numba re-reads its settings from the environment at a compilation after any NUMBA_ variable
+    changed (a notebook setting NUMBA_NUM_THREADS): the kernels imported after that still cache
+    in the versioned folder, and a child process that inherits the environment selects the same
+    folder, not one nested in it."""
+    folder = numba.config.CACHE_DIR
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
+    numba.njit(lambda x: x + 1)(1)  # a compilation: numba re-reads its settings here
+    assert numba.config.CACHE_DIR == folder
+    child = subprocess.run([sys.executable, "-c", "import numba; from tokensweep.kernels import cache; "
+                            "print(numba.config.CACHE_DIR)"], capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == folder
