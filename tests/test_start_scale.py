@@ -88,3 +88,16 @@ def test_start_scale_png_draws_the_median_settle_time_per_scale(tmp_path):
         np.testing.assert_allclose(line.get_ydata(), medians)
     finally:
         plt.close(fig)
+
+
+def test_a_configuration_shrunk_to_one_cluster_has_its_centre_on_the_hull():
+    """At a small start scale the tokens shrink to one point (radius ~1e-7 at T = 30): the kernel
+    counts one cluster, and its one centre is a vertex of the hull. The geometry's own clustering,
+    relative to the final radius, had split the point into n "centres", none a vertex."""
+    spec = {**SPEC, "grid": {**SPEC["grid"], "start_scale": 0.3}, "time": {"T": 30.0, "layers": 600, "checkpoints": 2}}
+    sweep = parse_sweep(spec)
+    coords = {"beta": 1.0, "d": 2, "n": 12, "start_scale": 0.3}
+    got = get_model("euclidean_flow").simulate(sweep, coords, trajectory_rngs(5, coords, range(6)))
+    one = got["n_clusters"][:, -1] == 1
+    assert one.all()
+    assert got["centres_on_hull"][one].all()

@@ -197,8 +197,12 @@ def reduce_final_states(sweep, coords: dict, out: dict) -> dict:
     n_psi1 = np.full(ntraj, -1, np.int16)
     rank = np.zeros(ntraj, np.int16)
     boolean = np.full(ntraj, np.nan)
+    # one cluster at T (the kernel's count, at eps times the start's radius): its one centre is a
+    # vertex. The geometry's own clustering is relative to the final radius, and a configuration
+    # that shrinks to a point (small start scales, [GLPR-E] Remark 3) would split into n "centres"
+    one_cluster = out["n_clusters"][:, -1] == 1
     for r in np.flatnonzero(~bad):
-        hull[r] = geo.centres_are_hull_vertices(z[r], sweep.eps)
+        hull[r] = one_cluster[r] or geo.centres_are_hull_vertices(z[r], sweep.eps)
         if psi1_defined[r]:
             n_psi1[r] = len(geo.psi1_values(z[r], Vs[r][0], sweep.eps))
         rank[r], boolean[r] = geo.attention_rank_and_booleanness(P[r])
