@@ -201,7 +201,7 @@ def test_euclidean_reduction_skips_nonfinite_trajectories():
     out = reduce_final_states(sweep, {"beta": 1.0, "d": 2, "n": 5}, {
         "n_clusters": np.ones((2, 3), np.int16), "spread": np.ones((2, 3)),
         "log_boolean_defect": np.full((2, 3), -1.0),
-        "nonfinite": np.array([False, True]), "z_final": z, "P_final": P})
+        "nonfinite": np.array([False, True]), "z_final": z, "P_final": P}, x0=z.copy())
     assert set(out) == set(get_model("euclidean_flow").outputs)
     assert out["attention_rank"].tolist() == [1, 0] and np.isnan(out["booleanness"][1])
     assert out["n_psi1_values"].tolist() == [-1, -1] and not out["centres_on_hull"][1]

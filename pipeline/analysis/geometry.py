@@ -34,7 +34,9 @@ from scipy.spatial.distance import pdist, squareform
 from .stats import done_finite, done_mask, flag
 
 
-def _radius(z):
+def radius(z):
+    """max_i |z_i - mean_j z_j| (1 where it is 0): the scale the clusters of z are counted at, as
+    the kernel's `initial_radius` on the start."""
     r = np.max(np.linalg.norm(z - z.mean(axis=0), axis=1)) if len(z) else 0.0
     return r if r > 0 else 1.0
 
@@ -53,7 +55,7 @@ def cluster_labels(z, eps=1e-3, scale=None):
     Returns (labels (n,) int, number of clusters).
     """
     z = _as_state(z)
-    thr = eps * (_radius(z) if scale is None else scale)
+    thr = eps * (radius(z) if scale is None else scale)
     adjacency = squareform(pdist(z)) <= thr
     count, labels = connected_components(adjacency, directed=False)
     return labels, count
@@ -110,7 +112,7 @@ def centres_are_hull_vertices(z, eps=1e-3, scale=None, tol=None):
     most two clusters (the extremes).
     """
     z = _as_state(z)
-    scale = _radius(z) if scale is None else scale
+    scale = radius(z) if scale is None else scale
     tol = eps * scale if tol is None else tol
     centres = cluster_centres(z, eps, scale)
     if z.shape[1] == 1:
@@ -142,7 +144,7 @@ def psi1_values(z, V, eps=1e-3, scale=None):
     """
     z = _as_state(z)
     coords = np.sort(z @ top_left_eigenvector(V))
-    tol = eps * (_radius(z) if scale is None else scale)
+    tol = eps * (radius(z) if scale is None else scale)
     breaks = np.nonzero(np.diff(coords) > tol)[0] + 1
     return np.array([g.mean() for g in np.split(coords, breaks)])
 

@@ -181,8 +181,8 @@ CODIMENSION = {
 }
 
 
-def reduce_final_states(sweep, coords: dict, out: dict) -> dict:
-    """z_final, P_final -> the per-trajectory geometric outcomes of `REDUCTIONS`."""
+def reduce_final_states(sweep, coords: dict, out: dict, x0) -> dict:
+    """z_final, P_final -> the per-trajectory geometric outcomes of `REDUCTIONS`; x0: the starts."""
     from ..analysis import geometry as geo
 
     z, P, bad = out.pop("z_final"), out.pop("P_final"), out["nonfinite"]
@@ -197,12 +197,11 @@ def reduce_final_states(sweep, coords: dict, out: dict) -> dict:
     n_psi1 = np.full(ntraj, -1, np.int16)
     rank = np.zeros(ntraj, np.int16)
     boolean = np.full(ntraj, np.nan)
-    # one cluster at T (the kernel's count, at eps times the start's radius): its one centre is a
-    # vertex. The geometry's own clustering is relative to the final radius, and a configuration
-    # that shrinks to a point (small start scales, [GLPR-E] Remark 3) would split into n "centres"
-    one_cluster = out["n_clusters"][:, -1] == 1
     for r in np.flatnonzero(~bad):
-        hull[r] = one_cluster[r] or geo.centres_are_hull_vertices(z[r], sweep.eps)
+        # centres at eps times the start's radius, as the kernel's n_clusters: relative to the final
+        # radius, a configuration shrunk to a point (small start scales, [GLPR-E] Remark 3) split
+        # into n "centres", none a vertex
+        hull[r] = geo.centres_are_hull_vertices(z[r], sweep.eps, scale=geo.radius(x0[r]))
         if psi1_defined[r]:
             n_psi1[r] = len(geo.psi1_values(z[r], Vs[r][0], sweep.eps))
         rank[r], boolean[r] = geo.attention_rank_and_booleanness(P[r])
@@ -237,7 +236,7 @@ class EuclideanFlow(Model):
         out = simulate_euclidean_flow(
             rngs, **sphere_cell(coords), **matrix_arguments(sweep, d),
             integrator=sweep.integrator, x0=x0, **time_arguments(sweep))
-        return reduce_final_states(sweep, coords, out)
+        return reduce_final_states(sweep, coords, out, x0)
 
     def geometry_claims(self, sweep, d) -> str:
         """The [GLPR-E] statements that apply to a cell of this spec (docs/models.md section 3)."""
