@@ -41,7 +41,7 @@ ATTENTION_CODES = {"sa": device_steps.SA, "usa": device_steps.USA,
 # gaussian, literal: the value matrices' noise; scalar: one normal per layer shared by the tokens,
 # scaling the attention step ([F26] (7), the hybrid model)
 NOISE_CODES = {"gaussian": device_steps.GAUSSIAN, "literal": device_steps.LITERAL,
-               "scalar": device_steps.HYBRID}
+               "scalar": device_steps.SCALAR}
 LAW_CODES = {"gaussian": 0, "rademacher": 1, "uniform": 2}  # = lowlevel.philox.fill's laws
 SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"
 

@@ -10,7 +10,7 @@ Outcomes at each checkpoint as `outcomes.record_overlaps` (overlap min / max, cl
 union-find); early stopping and t_hit as `outcomes`. Only the random numbers differ: Philox
 blocks keyed by (seed, cell) with the trajectory in the counter (`lowlevel.philox`), the start
 from blocks 0.., then each layer's normals (or uniforms) from the next blocks in order.
-Noise code HYBRID runs the hybrid noise model instead (docs/models.md 5, `kernels/hybrid.py`):
+Noise code SCALAR (one normal per layer shared by the tokens) runs the hybrid noise model instead (docs/models.md 5, `kernels/hybrid.py`):
 x_i <- N(x_i + (h + sigma sqrt(h) xi_k) e^{c_i} Ahat_i), xi_k the first normal of one block per
 layer, sigma passed as s.
 
@@ -28,7 +28,7 @@ from ..lowlevel import philox
 
 SA, USA, CAUSAL_SA = 0, 1, 2  # = attention.ATTENTION_CODES
 GAUSSIAN, LITERAL = 0, 1  # noise codes, as `stochastic.general`
-HYBRID = 2  # the hybrid model (docs/models.md 5): one normal xi per layer, s = sigma
+SCALAR = 2  # the hybrid model (docs/models.md 5): one normal xi per layer, s = sigma
 UNRESOLVED, SINGLE, ANTIPODAL = 0, 1, 2  # = vocabulary's cluster classes
 
 
@@ -227,7 +227,7 @@ def make_trajectory(fill, normalize, gram, attention, householder_r, gaussian_va
                 x[i, k] = buf[i * d + k]
             if ok:
                 ok = normalize(x, i, d)
-        per_layer = min(n, d) * d if noise == GAUSSIAN else (1 if noise == HYBRID else d * d)
+        per_layer = min(n, d) * d if noise == GAUSSIAN else (1 if noise == SCALAR else d * d)
         c = 0
         c_stop = -1
         for layer in range(layers):
@@ -236,7 +236,7 @@ def make_trajectory(fill, normalize, gram, attention, householder_r, gaussian_va
             block = fill(buf, per_layer, law, k0, k1, traj, block)
             gram(x, g, n, d)
             attention(x, g, a, logscale, n, d, beta, att)
-            if noise == HYBRID:
+            if noise == SCALAR:
                 ok = step(x, a, logscale, n, d, h + s * sqrt_h * buf[0])
             else:
                 if noise == GAUSSIAN:
