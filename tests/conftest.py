@@ -43,6 +43,8 @@ os.environ["TOKENSWEEP_HOME"] = tempfile.mkdtemp(prefix="tokensweep-home-")
 # NUMBA_ variable changes, which would reset the kernels' versioned cache folder (kernels/cache.py)
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
+import tokensweep  # noqa: E402  (after the settings above: it imports numba in time)
+
 # The quick tier checks logic in this process; a test that needs a server or a cluster (each
 # starts processes of its own) belongs to the slow tier, whichever file it sits in.
 SERVER_FIXTURES = {"prefect_server", "dask_client", "dask_cluster"}
@@ -57,8 +59,7 @@ NETWORK_PACKAGES = {"torch": "torch's CPU wheel", "transformers": "transformers"
 NETWORK_MISSING = [why for module, why in NETWORK_PACKAGES.items() if importlib.util.find_spec(module) is None]
 NETWORK_SKIP_REASON = ("real networks need " + "; ".join(NETWORK_MISSING) + " (README: the tests of real networks)"
                        if NETWORK_MISSING else None)
-NETWORK_ENTRIES = {path.stem for path in CATALOG.glob("*.yaml")
-                   if (yaml.safe_load(path.read_text()) or {}).get("model") == "network"}
+NETWORK_ENTRIES = {entry.name for entry in tokensweep.catalog() if entry.model == "network"}
 
 
 def validates_here(path: Path) -> bool:
