@@ -215,7 +215,8 @@ def _discrete_step(z, step, h):
                               shapes={"z_final": (n, d), "P_final": (n, n)})
     out.z_final[0] = z
     eye = np.eye(d)[None]
-    ef.integrate_block(out, step * h, eye, eye, eye, 1.0, h, np.array([1]), ef.DISCRETE, np.zeros(1))
+    ef.integrate_block(out, step * h, eye, eye, eye, 1.0, h, np.array([1]), ef.DISCRETE, np.zeros(1),
+                       np.empty((1, 0, n, d)))
     return out.z_final[0]
 
 

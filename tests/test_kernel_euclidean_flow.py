@@ -87,7 +87,7 @@ def kernel_step(z, t0, h, V, Q, K, beta=1.0, integrator="euler"):
     out.z_final[0] = z
     heads = [np.ascontiguousarray(m[None]) for m in (V, Q, K)]  # one head: (1, d, d)
     ef.integrate_block(out, t0, *heads, beta, h, np.array([1]), ef.INTEGRATOR_CODES[integrator],
-                       np.zeros(1))
+                       np.zeros(1), np.empty((1, 0, n, d)))
     return out.z_final[0]
 
 

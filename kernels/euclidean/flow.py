@@ -94,7 +94,7 @@ def _power_step(m, power, work):
 
 
 @njit(nogil=True, cache=True)
-def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
+def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr, states):
     """Integrate a block of trajectories sharing V, Q, K, in place, from time t0.
 
     out: `EuclideanFlowOutcomes` from `allocate_outputs`. Its z_final (ntraj, n, d) is the state:
@@ -103,8 +103,9 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
     number of steps. scheme: EULER, RK4 or DISCRETE (then R = I + hV must be invertible and t0 a
     multiple of h). thr: (ntraj,) absolute cluster thresholds (the wrapper passes eps *
     initial_radius). Fills n_clusters, spread, log_boolean_defect, nonfinite (read too: a
-    trajectory flagged on entry is skipped) and P_final (first head).
-    Steps run outer and trajectories inner, so each frame is computed once per time for the block.
+    trajectory flagged on entry is skipped) and P_final (first head). states: (ntraj, nt, n, d)
+    NaN-filled, z at every checkpoint (NaN from a trajectory's non-finite one on), or
+    (ntraj, 0, n, d) to skip. Steps run outer and trajectories inner, so each frame is computed once per time for the block.
     """
     z, nonfinite, p_final = out.z_final, out.nonfinite, out.P_final
     ntraj, n, d = z.shape
@@ -138,6 +139,8 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
         for r in range(ntraj):
             if not nonfinite[r]:
                 record(z[r], f0, beta, thr[r], out, r, 0, work)
+                if states.shape[1] > 0:
+                    states[r, 0] = z[r]
         c = 1
     for step in range(layers):
         if scheme == DISCRETE:
@@ -159,6 +162,8 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr):
             for r in range(ntraj):
                 if not nonfinite[r]:
                     record(z[r], f1, beta, thr[r], out, r, c, work)
+                    if states.shape[1] > 0:
+                        states[r, c] = z[r]
             c += 1
         copy_frame(f1, f0)
     # P(T) from z(T); a non-finite P (e.g. e^{TV} overflowed) also marks the trajectory
@@ -226,7 +231,7 @@ def invertible_step(v_sum, h):
 
 def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layers, V, Q=None,
                             K=None, heads=1, integrator="euler", init="box", box=5.0, eps=1e-3,
-                            keep_values=False, x0=None):
+                            keep_values=False, return_states=False, x0=None):
     """Integrate the unnormalised attention flow for one grid cell and a block of trajectories.
 
     rngs: sequence of numpy Generators, one per trajectory (each draws its own start, and V).
@@ -238,6 +243,8 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
     init: "box" | "gaussian" | "uniform_sphere"; box: its scale. eps: relative cluster threshold
     (see module docstring). x0: or the (ntraj, n, d) starts, drawn before (`kernels/starts.py`);
     then init, box are not read. keep_values: also return "V", each trajectory's (H, d, d) values.
+    return_states: also return "states", z at every checkpoint (ntraj, nt, n, d), NaN from a
+    trajectory's non-finite checkpoint on (its last may be finite where only P(T) was not).
 
     Returns {name: array} per `OUTPUTS`: n_clusters (ntraj, nt) int16, spread and
     log_boolean_defect (ntraj, nt), nonfinite (ntraj,), z_final (ntraj, n, d), P_final
@@ -308,6 +315,7 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
             for hh in range(heads):
                 draw_matrix(rng, ENSEMBLE_CODES[drawn], values[r, hh])
     thr = np.array([eps * initial_radius(z[r]) for r in range(ntraj)])
+    states = np.full((ntraj, ckpt.size if return_states else 0, n, d), np.nan)
     # one block for shared matrices, one trajectory at a time for drawn ones
     blocks = [slice(r, r + 1) for r in range(ntraj)] if drawn else [slice(0, ntraj)]
     for block in blocks:
@@ -317,8 +325,10 @@ def simulate_euclidean_flow(rngs, *, n, d, beta=1.0, T, layers, checkpoint_layer
             z[block] = np.nan
             continue
         part = out if block == slice(0, ntraj) else EuclideanFlowOutcomes(*(a[block] for a in out))
-        integrate_block(part, 0.0, v, Q, K, float(beta), h, ckpt, scheme, thr[block])
+        integrate_block(part, 0.0, v, Q, K, float(beta), h, ckpt, scheme, thr[block], states[block])
     result = out._asdict()
+    if return_states:
+        result["states"] = states
     if keep_values:
         result["V"] = np.array(values)
     return result

@@ -18,6 +18,10 @@ Post-processing of `z_final` (n, d) and `P_final` (n, n) from `tokensweep.kernel
   conjecture: at most 3 parallel subspaces of codimension k); `on_projected_boundary`: whether every
   one lies within eps * (their radius) of the boundary of their convex hull, or of 0 (Thm 5.1:
   dist(z_i, (boundary of K or 0) x G) -> 0 for a polytope K in F).
+- V = I: the hull of z(t) shrinks ([GLPR-E] Prop. C.2; an Euler step with h <= 1 is a convex
+  combination, so in the kernel up to rounding). `hull_growth`: per trajectory, the largest
+  excess of z(t_c) beyond conv z(t_{c-1}) over the recorded checkpoints (`record: [states]`),
+  in units of the first one's radius.
 - Rates: the spread exponent log(spread(T) / spread(t_m)) / log(T / t_m), t_m the checkpoint
   nearest T/2 (t_m > 0): -1/2 for V = -I ([GLPR-E] Thm C.5, docs/models.md section 3).
 - d = 1: P(t) converges to a Boolean matrix of rank <= 3. Booleanness defect
@@ -29,6 +33,7 @@ import numpy as np
 import xarray as xr
 from scipy.optimize import linprog
 from scipy.sparse.csgraph import connected_components
+from scipy.spatial import ConvexHull, QhullError
 from scipy.spatial.distance import pdist, squareform
 
 from .stats import done_finite, done_mask, flag
@@ -118,6 +123,57 @@ def centres_are_hull_vertices(z, eps=1e-3, scale=None, tol=None):
     if z.shape[1] == 1:
         return len(centres) <= 2
     return bool(np.all(vertex_margins(centres) > tol))
+
+
+def hull_excess(outer, inner) -> float:
+    """How far the points `inner` (m, d) lie outside conv(outer) (n, d): the largest signed distance
+    of one beyond a facet's hyperplane (<= 0: every one inside). d = 1: beyond the interval. A flat
+    hull (the points on a lower-dimensional set) is measured by a linear programme instead: the
+    largest L-infinity distance to the hull (0 inside).
+
+    >>> square = [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+    >>> hull_excess(square, [[0.5, 0.5], [0.0, 0.0]]), hull_excess(square, [[1.5, 0.5]])
+    (0.0, 0.5)
+    >>> hull_excess([[0.0, 0.0], [2.0, 0.0]], [[1.0, 0.25]])  # a segment: the LP
+    0.25
+    """
+    outer, inner = np.asarray(outer, dtype=np.float64), np.asarray(inner, dtype=np.float64)
+    if outer.shape[1] == 1:
+        return float(max(inner.max() - outer.max(), outer.min() - inner.min(), 0.0))
+    if len(outer) > outer.shape[1]:
+        try:
+            eq = ConvexHull(outer).equations  # rows (unit normal, offset): normal . p + offset <= 0 inside
+            return float(max(np.max(inner @ eq[:, :-1].T + eq[:, -1]), 0.0))
+        except QhullError:
+            pass  # flat: below
+    n, d = outer.shape
+    excess = 0.0
+    for p in inner:
+        # variables (lambda (n), s): minimise s with |outer^T lambda - p|_inf <= s, lambda in the simplex
+        a_ub = np.vstack([np.hstack([outer.T, -np.ones((d, 1))]), np.hstack([-outer.T, -np.ones((d, 1))])])
+        res = linprog(np.r_[np.zeros(n), 1.0], A_ub=a_ub, b_ub=np.r_[p, -p],
+                      A_eq=np.r_[np.ones(n), 0.0][None], b_eq=[1.0],
+                      bounds=[(0.0, None)] * n + [(None, None)], method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"hull LP failed: {res.message}")
+        excess = max(excess, float(res.fun))
+    return excess
+
+
+def hull_growth(ds: xr.Dataset) -> xr.DataArray:
+    """Per trajectory (grid..., traj): the largest `hull_excess` of z(t_c) beyond conv z(t_{c-1})
+    over consecutive recorded checkpoints, divided by the radius of z at the first one; NaN where
+    a state is not finite. Needs `states` (`record: [states]`)."""
+    z = ds["states"].transpose(..., "t", "traj", "token", "component")
+    def growth(states):  # (t, token, component) of one trajectory
+        if not np.all(np.isfinite(states)):
+            return np.nan
+        return max((hull_excess(a, b) for a, b in zip(states[:-1], states[1:])), default=0.0) / radius(states[0])
+    values = np.asarray(z.values)
+    out = np.full(values.shape[:-4] + values.shape[-3:-2], np.nan)
+    for index in np.ndindex(*out.shape):
+        out[index] = growth(values[index[:-1] + (slice(None), index[-1])])
+    return xr.DataArray(out, dims=z.dims[:-4] + ("traj",), coords={k: z.coords[k] for k in z.dims[:-4] + ("traj",)})
 
 
 def top_left_eigenvector(V):

@@ -22,6 +22,7 @@ from ...kernels.vocabulary import OutputSpec
 from ..plugin import Model
 from ..spec.base import Grid, refuse, short
 from ..spec.matrices import Matrix, as_array, check_fixes_d, per_head_matrices, square_matrix
+from ..spec.recording import RecordingSweep
 from ..spec.starts import Start, StartSweep, legacy_euclidean, starts_of
 from ..theory.good_triple import good_triple  # [GLPR-E] Def. 1: where psi_1 is defined
 from ._common import sphere_cell, time_arguments
@@ -53,7 +54,7 @@ class EuclideanGrid(Grid):
         return values
 
 
-class EuclideanFlowSweep(StartSweep):
+class EuclideanFlowSweep(RecordingSweep, StartSweep):
     """Unnormalised attention flow in R^d [GLPR-E]: dx_i/dt = sum_h sum_j P^h_ij V_h x_j.
 
     V is "identity", "minus_identity", an ensemble drawn per trajectory and head ("ginibre",
@@ -64,7 +65,8 @@ class EuclideanFlowSweep(StartSweep):
     so) or "discrete" (the transformer [GLPR-E] (3) itself, step h; needs I + hV invertible).
     Tokens start in the box U[-5, 5]^d by default; `init` is the shared start field
     (`pipeline/spec/starts.py`), and the old `init: box | gaussian | uniform_sphere` with its scale `box`
-    is read as before (`starts.legacy_euclidean`).
+    is read as before (`starts.legacy_euclidean`). `record: [states]` stores the rescaled tokens z
+    at every checkpoint (one n and one d per spec), the only observable of this model.
 
     >>> from tokensweep.pipeline.spec.load import parse_sweep
     >>> s = parse_sweep({"name": "e", "model": "euclidean_flow", "grid": {"beta": 1, "d": 2, "n": 5},
@@ -84,6 +86,7 @@ class EuclideanFlowSweep(StartSweep):
     integrator: Literal[vocabulary.EUCLIDEAN_INTEGRATORS] = "rk4"
     init: Start = Start(kind="box", half_width=5.0)
     codimension: bool = False  # codim_* outputs ([GLPR-E] Conj. 4.2, Thm 5.1): one head, V symmetric
+    record: tuple[Literal["states"], ...] = ()  # `RecordingSweep`'s field, narrowed to what R^d records
 
     @model_validator(mode="before")
     @classmethod
@@ -171,6 +174,9 @@ REDUCTIONS = {
                                                 "Boolean matrix", "1"),
 }
 FINAL_STATES = ("z_final", "P_final")
+# `record: [states]`: z over t, in place of the sphere models' token positions x
+STATES = {"states": OutputSpec(True, "float64", "rescaled token z_i = exp(-tV) x_i (the discrete transformer: "
+                               "R^-k x_i^k)", "1", extra_dims=("token", "component"))}
 # `codimension: true` ([GLPR-E] Conj. 4.2, Thm 5.1): z(T) projected onto V's positive eigenspace
 CODIMENSION = {
     "codim_values": OutputSpec(False, "int16", "distinct points among the projections of z_i(T) onto the "
@@ -224,7 +230,7 @@ class EuclideanFlow(Model):
     report_facts = ("V", "Q", "K", "heads", "integrator", "init")
 
     def spec_outputs(self, sweep) -> dict:
-        return CODIMENSION if sweep.codimension else {}
+        return {**(CODIMENSION if sweep.codimension else {}), **(STATES if "states" in sweep.record else {})}
 
     def simulate(self, sweep, coords, rngs):
         from ...kernels.euclidean.flow import simulate_euclidean_flow
@@ -235,7 +241,7 @@ class EuclideanFlow(Model):
             x0 = x0 * float(coords["start_scale"])
         out = simulate_euclidean_flow(
             rngs, **sphere_cell(coords), **matrix_arguments(sweep, d),
-            integrator=sweep.integrator, x0=x0, **time_arguments(sweep))
+            integrator=sweep.integrator, x0=x0, return_states="states" in sweep.record, **time_arguments(sweep))
         return reduce_final_states(sweep, coords, out, x0)
 
     def geometry_claims(self, sweep, d) -> str:

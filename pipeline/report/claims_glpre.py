@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..analysis.boolean_rate import rate_table
-from ..analysis.geometry import spread_exponent
+from ..analysis.geometry import hull_growth, spread_exponent
 from ..analysis.stats import closed_form as model_form
 from ..analysis.stats import done_finite
 from ..plugin import ReportInput
@@ -67,6 +67,34 @@ def collapse_rate(report: ReportInput) -> Claim:
     return every_trajectory("V = -I collapses every token to 0 at the rate t^-1/2", "[GLPR-E] Thm C.5",
                             "spread exponent over [T/2, T] within 0.05 of -1/2", ok, np.abs(values + 0.5),
                             "|exponent + 1/2|", worst_fmt=lambda x: f"{x:.3g}")
+
+
+# an Euler (or discrete-transformer) step with h <= 1 is a convex combination of the tokens: the
+# hull's growth in the kernel is rounding only, ~1e-15 of the radius per step
+HULL_TOL = 1e-9
+
+
+def hull_shrinks(report: ReportInput) -> Claim:
+    """Prop. C.2: for V = I the hull of the rescaled tokens never grows: on every trajectory no
+    recorded z(t_c) lies beyond conv z(t_{c-1}) by more than rounding (`HULL_TOL` of the radius).
+    Exact for the Euler and discrete steps with h <= 1 (convex combinations); RK4's are not."""
+    claim, source = "V = I: the convex hull of the rescaled tokens shrinks", "[GLPR-E] Prop. C.2"
+    expected = f"z(t_c) in conv z(t_(c-1)) at every checkpoint: growth <= {HULL_TOL:g} of the radius"
+    ds, sweep = report.ds, report.sweep
+    if "states" not in ds:
+        return Claim(claim, source, "—", expected, not_checked("the cube has no states: add record: [states]"))
+    if sweep.V != "identity":
+        return Claim(claim, source, "—", expected, NOT_MET, f"V = {sweep.V}, not I")
+    if sweep.integrator == "rk4" or sweep.time.h > 1:
+        return Claim(claim, source, "—", expected, not_checked(
+            f"{sweep.integrator} with h = {sweep.time.h:g}: exact only for euler or discrete steps with h <= 1"))
+    growth = hull_growth(ds)
+    keep = done_finite(ds, growth).broadcast_like(growth).transpose(*growth.dims) & growth.notnull()
+    values = growth.values[keep.values]
+    from .claims import every_trajectory
+
+    return every_trajectory(claim, source, expected, values <= HULL_TOL, values, "growth / radius",
+                            worst_fmt=lambda x: f"{x:.2g}")
 
 
 def mostly_two(source: str, what: str = "lines"):
@@ -157,7 +185,8 @@ CLAIMS = {
                            "per-eigen-coordinate variance over tokens -> 0",
                            "its smallest positive eigenvalues are near 0 and set the rate (measured: no "
                            "projection merged by T = 100 at d = 16, GOE); Fig. 15's coordinates over t "
-                           "would need the R^d flow's states per checkpoint, which it does not record")),
+                           "need z per checkpoint (record: [states]) at d = 128, not run here")),
+    "glpre-hull": (hull_shrinks,),
     "glpre-polytope": (final("centres_on_hull", "V = I: the rescaled tokens converge to the vertices of a polytope",
                              "[GLPR-E] Thm 3.1 / Fig. 5", "every cluster centre of z(T) a hull vertex",
                              lambda v: v.astype(bool), "on hull (0/1)", largest_is_worst=False),),

@@ -19,6 +19,9 @@ kind              parameters (defaults)                       start of every tra
 ``file``          path of a .npy file; sha256 (filled in)     an (n, d) array for every trajectory, or
                                                               row r of a (trajectories, n, d) array
                                                               (tokens normalised on the sphere)
+``points``        x: n lists of d numbers                     those tokens for every trajectory (a
+                                                              paper's explicit example; normalised
+                                                              on the sphere)
 ================  ==========================================  =========================================
 
 Older spellings are still read and mean the same numbers: ``uniform_sphere`` is ``uniform``; the
@@ -49,7 +52,7 @@ from pydantic import ConfigDict, Field, field_validator, model_serializer, model
 
 from .base import Strict, SweepBase, refuse, short
 
-KINDS = ("uniform", "hemisphere", "overlap", "equiangular", "box", "gaussian", "file")
+KINDS = ("uniform", "hemisphere", "overlap", "equiangular", "box", "gaussian", "file", "points")
 SPELLINGS = {"uniform_sphere": "uniform"}  # older names of a kind
 PARAMETERS = {  # the parameters each kind takes, with their defaults (None: required or filled in)
     "uniform": {"radius": 1.0},
@@ -59,6 +62,7 @@ PARAMETERS = {  # the parameters each kind takes, with their defaults (None: req
     "box": {"half_width": 1.0, "normalise": False},
     "gaussian": {"std": 1.0},
     "file": {"path": None, "sha256": None},
+    "points": {"x": None},
 }
 R_D_ONLY = "the sphere models put every token on the unit sphere"
 
@@ -77,6 +81,7 @@ class Start(Strict):
     std: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
     path: Optional[str] = None
     sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    x: Optional[tuple[tuple[float, ...], ...]] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -100,6 +105,14 @@ class Start(Strict):
                              "or e1 or random")
         return value
 
+    @field_validator("x")
+    @classmethod
+    def _points(cls, value):
+        if value is not None and not (value and len({len(row) for row in value}) == 1 and value[0]
+                                      and all(math.isfinite(v) for row in value for v in row)):
+            raise ValueError(f"got {short(value)}: give n tokens, each a list of d finite numbers")
+        return value
+
     @model_validator(mode="after")
     def _parameters_of_kind(self):
         allowed = PARAMETERS[self.kind]
@@ -112,6 +125,8 @@ class Start(Strict):
                 object.__setattr__(self, name, allowed[name])
         if self.kind == "file":
             self._pin_file()
+        if self.kind == "points" and self.x is None:
+            raise refuse("init.x", "missing: give the tokens, n lists of d numbers")
         return self
 
     def _pin_file(self):
@@ -231,6 +246,15 @@ def check_start(sweep) -> None:
                      f"grid.d is {list(grid.d)}: set grid.d: {len(start.v)} or use v: e1 | random")
     if kind == "file":
         _check_file(sweep, start, on_sphere)
+    if kind == "points":
+        shape = np.shape(start.x)
+        if len(grid.n) != 1 or len(grid.d) != 1 or shape != (grid.n[0], grid.d[0]):
+            raise refuse("init.x", f"holds {shape[0]} tokens of {shape[1]} numbers, but grid.n is "
+                         f"{list(grid.n)} and grid.d is {list(grid.d)}: set grid.n: {shape[0]} and "
+                         f"grid.d: {shape[1]}, or give matching tokens")
+        if on_sphere and not (np.linalg.norm(start.x, axis=1) > 0).all():
+            raise refuse("init.x", "has a zero token, which has no direction on the sphere: give "
+                         "non-zero tokens")
 
 
 def _check_file(sweep, start: Start, on_sphere: bool) -> None:
@@ -270,13 +294,13 @@ def drawn_by_kernel(start: Start) -> bool:
 
 def starts_of(sweep, coords: dict, rngs: list) -> np.ndarray:
     """(len(rngs), n, d) starts of one partition, each the first draw of its trajectory's Generator
-    (nothing is drawn for a file start; row r of a 3-d file goes to trajectory r, its tokens
-    normalised on the sphere models)."""
+    (nothing is drawn for a file or points start; row r of a 3-d file goes to trajectory r, the
+    tokens normalised on the sphere models)."""
     from ...kernels.starts import draw_starts
 
     start, n, d = sweep.init, int(coords["n"]), int(coords["d"])
-    if start.kind == "file":
-        array = load_file(start)
+    if start.kind in ("file", "points"):
+        array = load_file(start) if start.kind == "file" else np.array(start.x, dtype=np.float64)
         if array.ndim == 2:
             array = np.repeat(array[None], len(rngs), axis=0)
         else:
