@@ -105,7 +105,8 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr, states)
     initial_radius). Fills n_clusters, spread, log_boolean_defect, nonfinite (read too: a
     trajectory flagged on entry is skipped) and P_final (first head). states: (ntraj, nt, n, d)
     NaN-filled, z at every checkpoint (NaN from a trajectory's non-finite one on), or
-    (ntraj, 0, n, d) to skip. Steps run outer and trajectories inner, so each frame is computed once per time for the block.
+    (ntraj, 0, n, d) to skip. Steps run outer and trajectories inner, so each frame is computed
+    once per time for the block.
     """
     z, nonfinite, p_final = out.z_final, out.nonfinite, out.P_final
     ntraj, n, d = z.shape

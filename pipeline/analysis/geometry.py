@@ -165,15 +165,15 @@ def hull_growth(ds: xr.Dataset) -> xr.DataArray:
     over consecutive recorded checkpoints, divided by the radius of z at the first one; NaN where
     a state is not finite. Needs `states` (`record: [states]`)."""
     z = ds["states"].transpose(..., "t", "traj", "token", "component")
-    def growth(states):  # (t, token, component) of one trajectory
-        if not np.all(np.isfinite(states)):
-            return np.nan
-        return max((hull_excess(a, b) for a, b in zip(states[:-1], states[1:])), default=0.0) / radius(states[0])
     values = np.asarray(z.values)
     out = np.full(values.shape[:-4] + values.shape[-3:-2], np.nan)
     for index in np.ndindex(*out.shape):
-        out[index] = growth(values[index[:-1] + (slice(None), index[-1])])
-    return xr.DataArray(out, dims=z.dims[:-4] + ("traj",), coords={k: z.coords[k] for k in z.dims[:-4] + ("traj",)})
+        states = values[index[:-1] + (slice(None), index[-1])]  # (t, token, component)
+        if np.all(np.isfinite(states)):
+            steps = (hull_excess(a, b) for a, b in zip(states[:-1], states[1:]))
+            out[index] = max(steps, default=0.0) / radius(states[0])
+    dims = z.dims[:-4] + ("traj",)
+    return xr.DataArray(out, dims=dims, coords={k: z.coords[k] for k in dims})
 
 
 def top_left_eigenvector(V):
