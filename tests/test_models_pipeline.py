@@ -65,7 +65,7 @@ def test_spec_names_are_the_kernels_names():
 
     own = {kernel_start(starts.Start(kind=kind)) for kind in ("uniform", "hemisphere", "equiangular")}
     assert own == set(ensembles.INIT_CODES)  # the sphere flow's kernel still draws its old kinds
-    assert set(starts.KINDS) == set(kernel_starts.KINDS) | {"file"}
+    assert set(starts.KINDS) == set(kernel_starts.KINDS) | {"file", "points"}  # (given, not drawn)
     assert set(vocabulary.TIME_VARYING_PRESETS) == set(ensembles.TIME_VARYING)
     for name, (heads, d, fixes_qk, fixes_v) in vocabulary.TIME_VARYING_PRESETS.items():
         preset = ensembles.TIME_VARYING[name]
