@@ -216,6 +216,33 @@ def test_plan_counts_sizes_and_times_the_quickstart_without_writing(tmp_path, to
     assert snapshot(tmp_path) == before
 
 
+def test_plan_times_whole_trajectories_where_they_are_short(monkeypatch):
+    """glpre-hull: 10 layers with 40 tokens still apart cost most of a trajectory (one LP per
+    cluster centre at the end), so a few layers' rate would inflate the plan ~25x (measured): the
+    calibration times trajectories over all 100 layers. A long spec keeps the short calls."""
+    from tokensweep.flows.cli import look
+    from tokensweep.pipeline.plan import Plan
+
+    calls = []
+    model = get_model("euclidean_flow")
+    simulate = model.simulate
+
+    def timed(sweep, cell, rngs):
+        calls.append((len(rngs), sweep.time.layers))
+        return simulate(sweep, cell, rngs)
+
+    monkeypatch.setattr(model, "simulate", timed)
+    sweep = load_sweep("glpre-hull")
+    plan = Plan(sweep)
+    look._seconds_per_layer(sweep, model, plan, plan[0], 0.2)
+    assert any(layers == sweep.time.layers for _, layers in calls), calls
+    calls.clear()
+    # a million layers (V = -I: nothing overflows): ~15 s a trajectory at the rate of 10^4 layers
+    long = load_sweep("glpre-hull", V="minus_identity", time={"T": 1e5, "layers": 10**6, "checkpoints": 20})
+    look._seconds_per_layer(long, model, Plan(long), Plan(long)[0], 0.2)
+    assert max(layers for _, layers in calls) < long.time.layers, calls
+
+
 @pytest.mark.slow
 def test_run_says_what_it_does_and_keeps_the_logs_in_a_file(prefect_server, tiny_spec, write_spec,
                                                            tmp_path):

@@ -75,6 +75,7 @@ def catalog(scale: Optional[str] = ScaleOpt):
 
 
 CALIBRATION_SAMPLES = 5  # partitions timed by `plan`: the first, the last, 3 spread between
+FULL_RUN_S = 2.0  # the longest calibration call over all of a spec's layers (`_calibrate`)
 
 
 def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
@@ -86,7 +87,12 @@ def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
 
     A warm-up call first (it compiles the kernel, or loads it from numba's cache), then a few
     trajectories of the partition over more and more layers (the spec's step h), then more of its
-    trajectories, until one call takes `target_s` or runs the whole partition.
+    trajectories, until one call takes `target_s` or runs the whole partition. Where that stopped
+    short of the spec's layers and a trajectory over all of them would take at most `FULL_RUN_S`
+    at the rate seen, the rate is taken over all layers instead: what a trajectory costs beside
+    its steps (its start, the final reductions) depends on its state at T (the flow in R^d
+    solves one LP per cluster centre at T: ~66 ms per trajectory at 10 layers of glpre-hull's
+    paper scale, where 40 tokens are still apart, ~20 ms at T, where they have merged).
     """
     import numpy as np
 
@@ -134,6 +140,11 @@ def _seconds_per_layer(sweep, model, plan, part, target_s: float) -> float:
             ntraj = min(size, ntraj * 4)
         else:
             break
+    full = sweep.time.layers
+    if layers < full and elapsed / ntraj * full / layers <= FULL_RUN_S:
+        ntraj, layers = 1, full
+        while (elapsed := seconds(ntraj, layers)) < target_s and ntraj < size:
+            ntraj = min(size, ntraj * 4)
     return elapsed / (ntraj * layers)
 
 
