@@ -219,7 +219,8 @@ def test_plan_counts_sizes_and_times_the_quickstart_without_writing(tmp_path, to
 def test_plan_times_whole_trajectories_where_they_are_short(monkeypatch):
     """glpre-hull: 10 layers with 40 tokens still apart cost most of a trajectory (one LP per
     cluster centre at the end), so a few layers' rate would inflate the plan ~25x (measured): the
-    calibration times trajectories over all 100 layers. A long spec keeps the short calls."""
+    calibration times trajectories over all 100 layers. A long spec keeps the short calls. A tiny
+    target stops the first calls at 10 layers on any machine."""
     from tokensweep.flows.cli import look
     from tokensweep.pipeline.plan import Plan
 
@@ -234,13 +235,13 @@ def test_plan_times_whole_trajectories_where_they_are_short(monkeypatch):
     monkeypatch.setattr(model, "simulate", timed)
     sweep = load_sweep("glpre-hull")
     plan = Plan(sweep)
-    look._seconds_per_layer(sweep, model, plan, plan[0], 0.2)
-    assert any(layers == sweep.time.layers for _, layers in calls), calls
+    look._seconds_per_layer(sweep, model, plan, plan[0], 1e-6)
+    assert (4, 10) in calls and calls[-1] == (1, sweep.time.layers), calls
     calls.clear()
-    # a million layers (V = -I: nothing overflows): ~15 s a trajectory at the rate of 10^4 layers
+    # a million layers (V = -I: nothing overflows): minutes a trajectory at the rate of 10 layers
     long = load_sweep("glpre-hull", V="minus_identity", time={"T": 1e5, "layers": 10**6, "checkpoints": 20})
-    look._seconds_per_layer(long, model, Plan(long), Plan(long)[0], 0.2)
-    assert max(layers for _, layers in calls) < long.time.layers, calls
+    look._seconds_per_layer(long, model, Plan(long), Plan(long)[0], 1e-6)
+    assert calls == [(1, 1), (4, 10)], calls
 
 
 @pytest.mark.slow
