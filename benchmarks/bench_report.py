@@ -44,7 +44,7 @@ def main():
             for label, options in levels.items():
                 figures.PNG.clear()
                 figures.PNG.update(options)
-                out = Path(tmp) / f"{r}-{len(pngs)}-{hash(label)}"
+                out = Path(tmp) / f"report-{r}-{list(levels).index(label)}"
                 t0 = time.perf_counter()
                 write_report(ds, out)
                 times[label].append(time.perf_counter() - t0)

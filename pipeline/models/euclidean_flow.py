@@ -12,6 +12,7 @@ hull vertices, the number of psi_1 hyperplanes, the rank and Booleanness of P(T)
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import ClassVar, Literal, Optional, Union
 
 import numpy as np
@@ -174,9 +175,9 @@ REDUCTIONS = {
                                                 "Boolean matrix", "1"),
 }
 FINAL_STATES = ("z_final", "P_final")
-# `record: [states]`: z over t, in place of the sphere models' token positions x
-STATES = {"states": OutputSpec(True, "float64", "rescaled token z_i = exp(-tV) x_i (the discrete transformer: "
-                               "R^-k x_i^k)", "1", extra_dims=("token", "component"))}
+# `record: [states]`: the sphere models' observable, holding z over t in place of their x
+STATES = {"states": replace(vocabulary.OBSERVABLES["states"], long_name="rescaled token z_i = exp(-tV) x_i "
+                            "(the discrete transformer: R^-k x_i^k)")}
 # `codimension: true` ([GLPR-E] Conj. 4.2, Thm 5.1): z(T) projected onto V's positive eigenspace
 CODIMENSION = {
     "codim_values": OutputSpec(False, "int16", "distinct points among the projections of z_i(T) onto the "

@@ -19,7 +19,7 @@ from ..analysis.stats import done_finite
 from ..plugin import ReportInput
 from ..spec.scales import SCALES
 from ..theory.good_triple import GINIBRE_D, GINIBRE_SHARE, ginibre_leading_share, good_triple
-from .claims import CELL_LEVEL, FAILS, HOLDS, NOT_MET, Claim, cells_claim, not_checked
+from .claims import CELL_LEVEL, FAILS, HOLDS, NOT_MET, Claim, binomial_claim, cells_claim, every_trajectory, not_checked
 from .claims_common import fixed, per_trajectory
 from .tables import fmt
 
@@ -62,8 +62,6 @@ def collapse_rate(report: ReportInput) -> Claim:
     keep = done_finite(ds, exponent)
     values = exponent.values[keep.values]
     ok = np.abs(values + 0.5) <= 0.05
-    from .claims import every_trajectory
-
     return every_trajectory("V = -I collapses every token to 0 at the rate t^-1/2", "[GLPR-E] Thm C.5",
                             "spread exponent over [T/2, T] within 0.05 of -1/2", ok, np.abs(values + 0.5),
                             "|exponent + 1/2|", worst_fmt=lambda x: f"{x:.3g}")
@@ -91,8 +89,6 @@ def hull_shrinks(report: ReportInput) -> Claim:
     growth = hull_growth(ds)
     keep = done_finite(ds, growth).broadcast_like(growth).transpose(*growth.dims) & growth.notnull()
     values = growth.values[keep.values]
-    from .claims import every_trajectory
-
     return every_trajectory(claim, source, expected, values <= HULL_TOL, values, "growth / radius",
                             worst_fmt=lambda x: f"{x:.2g}")
 
@@ -102,8 +98,6 @@ def mostly_two(source: str, what: str = "lines"):
         ds = report.ds
         values = ds["n_psi1_values"].where(done_finite(ds, ds["n_psi1_values"])).values.ravel()
         values = values[np.isfinite(values)]
-        from .claims import binomial_claim
-
         return binomial_claim(f"mostly 2 parallel {what}", source, int((values == 2).sum()), values.size,
                               "more than half of the trajectories", 0.5, 1.0)
     return check
