@@ -15,6 +15,11 @@ consumed in a documented order) and returning the outcome arrays that its OUTPUT
 - `cache`: numba's cache folder, named after a digest of every kernel source;
 - `vocabulary`: the OutputSpec of every output and the option names, without numba.
 
+A counter passed to a jitted callee starts as `np.int64(0)`, not `0`: numba types the call
+once with the literal (the loop's first pass) and once with int64, and compiles the callee, and
+everything it calls with that counter, twice (measured: ~30 s of the quick suite's ~220 s of
+compilation). `benchmarks/pytest_compile_log.py` lists any function compiled for a literal.
+
 Importing the package loads nothing: `vocabulary` stays numba-free, and the names below are
 imported from their modules on first use.
 """

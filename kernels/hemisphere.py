@@ -173,7 +173,7 @@ def hemisphere_test(x, tol, w, corral):
     lam = np.empty(cap)
     alpha = np.empty(cap)
     gram = np.empty((cap + 1, cap + 2))
-    k = 0
+    k = np.int64(0)  # int64, not a literal (kernels/__init__.py)
     for a in range(min(corral[0], cap - 1)):  # warm start: the last corral, uniform weights
         if corral[1 + a] < n:
             idx[k] = corral[1 + a]
@@ -235,7 +235,7 @@ def _wolfe(x, tol, p, idx, lam, alpha, gram, k, corral):
         lam[k] = 0.0
         k = minor_cycles(x, idx, lam, alpha, gram, k + 1)
         if k < 1:
-            k = 0
+            k = np.int64(0)
             break
     corral[0] = k
     for a in range(k):

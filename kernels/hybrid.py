@@ -68,15 +68,15 @@ def _trajectory(rng, x, draw_start, beta, att, sigma, h, layers, ckpt, times, ep
     norm2 = np.empty(n)
     sqrt_h = np.sqrt(h)
     buf = np.empty(0)
-    pos = 0
-    c = 0
+    pos = np.int64(0)  # int64s, not literals (kernels/__init__.py)
+    c = np.int64(0)
     fresh = False  # g holds the overlaps of x
     for layer in range(layers):
         if not ok:
             break
         if pos == buf.shape[0]:
             buf = rng.standard_normal(min(batch, layers - layer))
-            pos = 0
+            pos = np.int64(0)
         if not fresh:
             gram(x, g)
         attention(x, g, beta, att, ahat, logscale, w)

@@ -135,14 +135,14 @@ def integrate_block(out, t0, v, q, k, beta, h, checkpoints, scheme, thr, states)
         discrete_frame(power, inv_power, rinv, v, q, k, f0)
     else:
         continuous_frame(t0, v_sum, v, q, k, f0)
-    c = 0
+    c = np.int64(0)  # int64, not a literal (kernels/__init__.py)
     if checkpoints[0] == 0:
         for r in range(ntraj):
             if not nonfinite[r]:
-                record(z[r], f0, beta, thr[r], out, r, 0, work)
+                record(z[r], f0, beta, thr[r], out, r, np.int64(0), work)
                 if states.shape[1] > 0:
                     states[r, 0] = z[r]
-        c = 1
+        c = np.int64(1)
     for step in range(layers):
         if scheme == DISCRETE:
             _power_step(r_mat, power, tmp)

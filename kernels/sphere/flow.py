@@ -153,7 +153,7 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, steps, out, r, states, proto):
     g = np.empty((n, n))
     memo = memory(d)
     redraw = q_kind != 0 or k_kind != 0 or v_kind != 0
-    c = 0
+    c = np.int64(0)  # int64, not a literal (kernels/__init__.py)
     if ok:
         observables.record_start(x0, out, r)
         for s in range(layers):

@@ -309,7 +309,7 @@ def integrate_t(z, r0, init, h, layers, ckpt, times, par, delta, eps, out, state
             for i in range(n):
                 for k in range(m):
                     xt[k, i] = y[i, k]
-        c = 0
+        c = np.int64(0)  # int64, not a literal (kernels/__init__.py)
         if ok:
             for s in range(layers):
                 if not euler_step_t(xe, h, beta, usa, causal, sign, log_scale0, ws):

@@ -91,15 +91,15 @@ def trajectory(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, times, 
     head_work = np.empty(n * n, np.int64)
     sqrt_h = np.sqrt(h)
     buf = np.empty(0)
-    pos = 0
-    c = 0
+    pos = np.int64(0)  # int64s, not literals (kernels/__init__.py)
+    c = np.int64(0)
     fresh = False  # g holds the overlaps of x
     for layer in range(layers):
         if not ok:
             break
         if pos == buf.shape[0]:
             buf = value_draws(rng, law, min(batch, layers - layer) * per_layer)
-            pos = 0
+            pos = np.int64(0)
         if qk:
             bilinear_logits(x, m, direction, g)
         elif not fresh:

@@ -242,7 +242,7 @@ def rare_norms(xt, n, first, norm2, inv, column):
         else:
             for k in range(d):
                 column[0, k] = xt[k, q]
-            if not normalize_row(column, 0):
+            if not normalize_row(column, np.int64(0)):
                 return False
             for k in range(d):
                 xt[k, q] = column[0, k]
@@ -304,7 +304,8 @@ def trajectory_lanes(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, e
         for i in range(n):
             for k in range(d):
                 xt[k, i] = x[i, k]
-        ok = continue_lanes(rng, x, xt, 0, np.empty(0), 0, 0, beta, att, s, h, layers, ckpt, eps,
+        start = np.int64(0)  # int64, not a literal (kernels/__init__.py)
+        ok = continue_lanes(rng, x, xt, start, np.empty(0), start, start, beta, att, s, h, layers, ckpt, eps,
                             batch, window, out, r, states)
     finish_trajectory(out, r, ok, times)
 
@@ -341,7 +342,7 @@ def continue_lanes(rng, x, xt, layer0, buf, pos, c, beta, att, s, h, layers, ckp
             break
         if pos == buf.shape[0]:
             buf = rng.standard_normal(min(batch, layers - layer) * per_layer)
-            pos = 0
+            pos = np.int64(0)  # int64, not a literal (kernels/__init__.py)
         gram_lanes(xt, g8)
         attention_lanes(xt, g8, n, beta, att, at, logscale, expo, wt, mask, norms)
         householder_lanes(at, n, rl, norms)

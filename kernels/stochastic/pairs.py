@@ -255,8 +255,9 @@ def trajectory_pairs(rng_a, x_a, rng_b, x_b, draw_start, beta, att, s, h, layers
     expo, wt = np.empty(WIDE), np.empty(n * WIDE)
     sqrt_h = np.sqrt(h)
     buf_a = buf_b = np.empty(0)
-    pos = 0
-    c_a = c_b = 0
+    pos = np.int64(0)  # int64s, not literals (kernels/__init__.py)
+    c_a = c_b = np.int64(0)
+    first, second = np.int64(0), np.int64(1)
     stop_a = stop_b = False
     layer = 0
     while ok_a and ok_b and not (stop_a or stop_b) and layer < layers:
@@ -264,7 +265,7 @@ def trajectory_pairs(rng_a, x_a, rng_b, x_b, draw_start, beta, att, s, h, layers
             size = min(batch, layers - layer) * per_layer
             buf_a = rng_a.standard_normal(size)
             buf_b = rng_b.standard_normal(size)
-            pos = 0
+            pos = np.int64(0)
         gram_pairs(xt, n, g16)
         attention_pairs(xt, g16, n, beta, att, at, logscale, expo, wt, mask, norms)
         householder_pairs(at, n, rl, norms)
@@ -275,19 +276,19 @@ def trajectory_pairs(rng_a, x_a, rng_b, x_b, draw_start, beta, att, s, h, layers
         layer += 1
         if layer == ckpt[c_a]:  # c_a == c_b here
             if ok_a:
-                stop_a = _checkpoint(xt, 0, x_a, g, beta, eps, out, ra, c_a, states, window)
+                stop_a = _checkpoint(xt, first, x_a, g, beta, eps, out, ra, c_a, states, window)
                 c_a += 1
             if ok_b:
-                stop_b = _checkpoint(xt, 1, x_b, g, beta, eps, out, rb, c_b, states, window)
+                stop_b = _checkpoint(xt, second, x_b, g, beta, eps, out, rb, c_b, states, window)
                 c_b += 1
     # whoever is still running goes on alone (nothing is left when both reached `layers`)
     if ok_a and not stop_a and layer < layers:
-        _alone(rng_a, x_a, xt, 0, layer, buf_a, pos, c_a, beta, att, s, h, layers, ckpt, times,
+        _alone(rng_a, x_a, xt, first, layer, buf_a, pos, c_a, beta, att, s, h, layers, ckpt, times,
                eps, batch, window, out, ra, states)
     else:
         finish_trajectory(out, ra, ok_a, times)
     if ok_b and not stop_b and layer < layers:
-        _alone(rng_b, x_b, xt, 1, layer, buf_b, pos, c_b, beta, att, s, h, layers, ckpt, times,
+        _alone(rng_b, x_b, xt, second, layer, buf_b, pos, c_b, beta, att, s, h, layers, ckpt, times,
                eps, batch, window, out, rb, states)
     else:
         finish_trajectory(out, rb, ok_b, times)

@@ -88,14 +88,14 @@ def trajectory_sde(rng, x, draw_start, beta, att, s, h, layers, ckpt, times, eps
     g = np.empty((n, n))
     sqrt_h = np.sqrt(h)
     buf = np.empty(0)
-    pos = 0
-    c = 0
+    pos = np.int64(0)  # int64s, not literals (kernels/__init__.py)
+    c = np.int64(0)
     for layer in range(layers):
         if not ok:
             break
         if pos == buf.shape[0]:
             buf = rng.standard_normal(min(batch, layers - layer) * per_layer)
-            pos = 0
+            pos = np.int64(0)
         if qk:
             bilinear_logits(x, m, direction, g)
         else:

@@ -175,7 +175,8 @@ def _pair_step_row(x, i, d, coef, c, f0, f1, buf, off):
             x[1, k] = y
             norm2 += y * y
     if not (norm2 > 0.0 and norm2 < np.inf):
-        return normalize_row(x, i)  # recomputes the same norm2, then rescales or fails
+        return normalize_row(x, np.int64(i))  # recomputes norm2, rescales or fails (int64 i:
+        # kernels/__init__.py)
     inv = 1.0 / np.sqrt(norm2)
     for k in range(d):
         x[i, k] *= inv
@@ -205,14 +206,14 @@ def _trajectory_pair(rng, x, draw_start, beta, att, noise, s, h, layers, ckpt, t
     usa = att == USA
     causal = att == CAUSAL_SA
     buf = np.empty(0)
-    pos = 0
-    c = 0
+    pos = np.int64(0)  # int64s, not literals (kernels/__init__.py)
+    c = np.int64(0)
     for layer in range(layers):
         if not ok:
             break
         if pos == buf.shape[0]:
             buf = rng.standard_normal(min(batch, layers - layer) * per_layer)
-            pos = 0
+            pos = np.int64(0)
         # attention: logits beta <x_i, x_j>
         g00 = 0.0
         g01 = 0.0
