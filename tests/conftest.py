@@ -93,6 +93,28 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not daemon_tier(item))
 
 
+# Test files that compile the same large kernel share a worker under --dist loadfile (the
+# quick tier's setting): each worker compiles what its files need, and two workers that need
+# the same kernel at the same time both compile it (the numba cache helps only the later one).
+# The sphere flow's `trajectory` and `trajectories_from_normals` share `_integrate` (~25 s).
+SAME_WORKER = {"tests/test_models_pipeline.py": "tests/test_kernel_sphere_flow.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the files of SAME_WORKER in one work unit (xdist's hook for a
+    scheduler; loadfile's own grouping is its `_split_scope`, refined here)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class KernelSharingScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            scope = super()._split_scope(nodeid)
+            return SAME_WORKER.get(scope, scope)
+
+    return KernelSharingScheduling(config, log)
+
+
 SPECS = Path(__file__).parent / "specs"
 BIN = Path(sys.executable).parent
 
