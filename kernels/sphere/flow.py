@@ -132,7 +132,7 @@ def workspace(n, d, heads, proto):
 def _integrate(x0, ok, rng, kinds, q, k, mats, steps, out, r, states, proto):
     """Integrate trajectory r from the start x0 (n, d) (ok: the start is valid) and fill its
     entries of out and states (`trajectory`). rng: the trajectory's Generator, for the redraws
-    every `period` steps, or None where nothing is ever redrawn (then q, k are not used).
+    every `period` steps and the noise (`trajectories_from_normals` passes one it never draws from).
     steps: the run's `options.Steps` (h, layers, checkpoints, par, integrator, period, delta,
     eps and layer: (noise mode, sigma) of `sphere.noise` (sigma > 0 needs rng: the
     Euler-Maruyama step), then the normalisation (`sphere.norms` code, nGPT alpha)).
@@ -158,18 +158,16 @@ def _integrate(x0, ok, rng, kinds, q, k, mats, steps, out, r, states, proto):
         observables.record_start(x0, out, r)
         for s in range(layers):
             if period > 0 and s > 0 and s % period == 0 and redraw:
-                if rng is not None:
-                    draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m, scaling)
-                    mw[:, :, :] = m
-                    vw[:, :, :] = v
+                draw_weights(rng, q_kind, k_kind, v_kind, q, k, v, m, scaling)
+                mw[:, :, :] = m
+                vw[:, :, :] = v
             stepped = layer[2] != 0  # a normalisation variant (`sphere.norms`): its own step
             if stepped:
                 ok = normalised_step(x, radius, s * h, h, par, mats_w, ws, ls, layer[2], layer[3])
-            if rng is not None:
-                if layer[1] > 0.0:  # the projected Euler-Maruyama step (`sphere.noise`)
-                    stepped = True
-                    ok = noisy_euler_step(x, s * h, h, par, mats_w, ws, ls, stages[0], rng,
-                                          layer[0], layer[1])
+            if layer[1] > 0.0:  # the projected Euler-Maruyama step (`sphere.noise`)
+                stepped = True
+                ok = noisy_euler_step(x, s * h, h, par, mats_w, ws, ls, stages[0], rng, layer[0],
+                                      layer[1])
             if not stepped:
                 ok = step(x, s * h, h, integrator, par, mats_w, ws, stages, ls)
             if not ok:

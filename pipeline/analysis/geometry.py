@@ -147,10 +147,10 @@ def hull_excess(outer, inner) -> float:
         except QhullError:
             pass  # flat: below
     n, d = outer.shape
+    # variables (lambda (n), s): minimise s with |outer^T lambda - p|_inf <= s, lambda in the simplex
+    a_ub = np.vstack([np.hstack([outer.T, -np.ones((d, 1))]), np.hstack([-outer.T, -np.ones((d, 1))])])
     excess = 0.0
     for p in inner:
-        # variables (lambda (n), s): minimise s with |outer^T lambda - p|_inf <= s, lambda in the simplex
-        a_ub = np.vstack([np.hstack([outer.T, -np.ones((d, 1))]), np.hstack([-outer.T, -np.ones((d, 1))])])
         res = linprog(np.r_[np.zeros(n), 1.0], A_ub=a_ub, b_ub=np.r_[p, -p],
                       A_eq=np.r_[np.ones(n), 0.0][None], b_eq=[1.0],
                       bounds=[(0.0, None)] * n + [(None, None)], method="highs")
