@@ -168,26 +168,39 @@ def _in_jupyter() -> bool:
 
 def die_with_parent() -> bool:
     """Make this process end as its parent (the caller of ``tokensweep.run``) does, however it
-    ends (a SIGKILL from a timeout included): SIGTERM, which here is a KeyboardInterrupt, as the
-    caller's Ctrl-C is, so the flow releases the store's lock and closes its local cluster on
-    its way out. On Linux the kernel sends it (PR_SET_PDEATHSIG); elsewhere a thread watches
-    the parent. False when the parent is gone already (before the signal was asked for)."""
+    ends (a SIGKILL from a timeout included): a KeyboardInterrupt in the main thread, once, as
+    the caller's Ctrl-C is, so the flow releases the store's lock and closes its local cluster
+    on its way out. On Linux the kernel signals it (PR_SET_PDEATHSIG, with SIGHUP: the caller
+    hung up); elsewhere a thread watches the parent. A SIGTERM sent to this process is a
+    KeyboardInterrupt too (outside a flow run; inside, Prefect takes SIGTERM over). False when
+    the parent is gone already (before the signal was asked for)."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     parent = int(os.environ.pop(PARENT_VARIABLE, 0)) or None  # not for this process's children
     if sys.platform.startswith("linux"):
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        signal.signal(signal.SIGHUP, _parent_gone)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0)
     elif parent is not None:
         threading.Thread(target=_watch_parent, args=(parent,), name="watch-parent",
                          daemon=True).start()
     return parent is None or os.getppid() == parent
 
 
+def _parent_gone(signum, frame):
+    """The parent-death signal, taken once: the kernel sends it again each time this process is
+    handed to the next thread of its dying parent, and a second interrupt would strike the
+    flow's cleanup (a Python caller with reader threads ends in 2-3 of them)."""
+    signal.signal(signum, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _watch_parent(parent: int) -> None:
+    import _thread
+
     while os.getppid() == parent:
         time.sleep(1.0)
-    os.kill(os.getpid(), signal.SIGTERM)
+    _thread.interrupt_main()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,4 +237,6 @@ if __name__ == "__main__":
         code = main() if die_with_parent() else 130
     except KeyboardInterrupt:  # the parent's Ctrl-C, or its end: a partition running in a thread
         code = 130  # of this process (flows/in_process.py) must not hold the exit until it ends
+    except SystemExit as end:  # rich's answer to a stderr whose reader (the parent) is gone
+        code = end.code if isinstance(end.code, int) else 1
     exit_now(code)

@@ -79,8 +79,32 @@ def store_lock(store: str | Path, **about):
     try:
         yield owner
     finally:
-        if read_lock(store) == owner:
-            location.delete(path)
+        release(store, owner)
+
+
+RELEASE_ATTEMPTS = 5  # a bound, should something keep raising that is not an interrupt
+
+
+def release(store: str | Path, owner: dict) -> None:
+    """Remove the lock if `owner` still holds it, even when an interrupt strikes meanwhile.
+
+    A sweep leaving on Ctrl-C or a signal may well get a second one during its cleanup (a second
+    Ctrl-C; Linux signals a child once per thread of its parent that ends): a lock left behind
+    would refuse every later run until `tokensweep unlock`. So an interrupt (any BaseException
+    that is not an Exception: KeyboardInterrupt, Prefect's TerminationSignal) is held until the
+    lock is gone, then raised."""
+    interrupt = None
+    for _ in range(RELEASE_ATTEMPTS):
+        try:
+            if read_lock(store) == owner:
+                location.delete(lock_path(store))
+            break
+        except Exception:
+            raise
+        except BaseException as err:
+            interrupt = interrupt or err
+    if interrupt is not None:
+        raise interrupt
 
 
 def owner_text(held: dict) -> str:
