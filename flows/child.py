@@ -189,8 +189,8 @@ def die_with_parent() -> bool:
 
 def _parent_gone(signum, frame):
     """The parent-death signal, taken once: the kernel sends it again each time this process is
-    handed to the next thread of its dying parent, and a second interrupt would strike the
-    flow's cleanup (a Python caller with reader threads ends in 2-3 of them)."""
+    handed to the next thread of its dying parent (3 in 4 ends of a caller with threads sent
+    two), and a second interrupt would strike the flow's cleanup."""
     signal.signal(signum, signal.SIG_IGN)
     raise KeyboardInterrupt
 
@@ -238,5 +238,5 @@ if __name__ == "__main__":
     except KeyboardInterrupt:  # the parent's Ctrl-C, or its end: a partition running in a thread
         code = 130  # of this process (flows/in_process.py) must not hold the exit until it ends
     except SystemExit as end:  # rich's answer to a stderr whose reader (the parent) is gone
-        code = end.code if isinstance(end.code, int) else 1
+        code = 0 if end.code is None else end.code if isinstance(end.code, int) else 1
     exit_now(code)

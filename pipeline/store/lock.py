@@ -89,7 +89,8 @@ def release(store: str | Path, owner: dict) -> None:
     """Remove the lock if `owner` still holds it, even when an interrupt strikes meanwhile.
 
     A sweep leaving on Ctrl-C or a signal may well get a second one during its cleanup (a second
-    Ctrl-C; Linux signals a child once per thread of its parent that ends): a lock left behind
+    Ctrl-C; the parent-death signal, sent again as each thread of the dying parent ends, where
+    it is not taken once as `flows.child` takes it): a lock left behind
     would refuse every later run until `tokensweep unlock`. So an interrupt (any BaseException
     that is not an Exception: KeyboardInterrupt, Prefect's TerminationSignal) is held until the
     lock is gone, then raised."""
