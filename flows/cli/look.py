@@ -85,8 +85,8 @@ def _calibrate(sweep, target_s: float = 0.2) -> tuple[float, str]:
     with the spec's checkpoints per layer (recording a checkpoint can cost more than a step:
     [GLPR-P] Fig. 3 at the paper's scale records one every layer).
 
-    A warm-up call first (it compiles the kernel, or loads it from numba's cache), then a few
-    trajectories of the partition over more and more layers (the spec's step h), then more of its
+    A warm-up call first (it compiles the kernel, or loads it from numba's cache), then one
+    trajectory of the partition over more and more layers (the spec's step h), then more of its
     trajectories, until one call takes `target_s` or runs the whole partition. Where that stopped
     short of the spec's layers and a trajectory over all of them would take at most `FULL_RUN_S`
     at the rate seen, the rate is taken over all layers instead: what a trajectory costs beside
@@ -132,7 +132,9 @@ def _seconds_per_layer(sweep, model, plan, part, target_s: float) -> float:
 
     seconds(1, 1)
     size = part.traj_stop - part.traj_start
-    ntraj, layers = min(size, 4), min(sweep.time.layers, 10)
+    # one trajectory while the layers grow: its fixed costs (start, final reductions) are spread
+    # over as many layers as a call of target_s holds (four trajectories held a quarter)
+    ntraj, layers = 1, min(sweep.time.layers, 10)
     while (elapsed := seconds(ntraj, layers)) < target_s:
         if layers < sweep.time.layers:
             layers = min(sweep.time.layers, layers * 10)
