@@ -186,7 +186,7 @@ def _record_overlaps(x, g, beta, delta, eps, out, r, c, memo):
     out.in_hemisphere[r, c] = hemisphere_test(x, 1e-9, memo[0], memo[1])
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def record(x, beta, delta, eps, g, out, r, c, memo):
     """All per-checkpoint outcomes of trajectory r's state x (n, d) at checkpoint c, into the
     `SphereFlowOutcomes` record out; g: (n, n) scratch; memo: `memory(d)` of the trajectory."""

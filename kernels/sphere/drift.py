@@ -42,7 +42,7 @@ TV_COS = 1
 TV_ABS_COS = 2
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _weights(x, t, h, par, mats, ws):
     """Attention of head h in the transposed layout: at[:, i] = sum_j w_ij x_j, lsh[i] = log-scale.
 
@@ -220,7 +220,7 @@ def _radial(xt, fs, dot):
             dot[i] += xtk[i] * fsk[i]
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def drift(x, t, par, mats, ws, f, ls):
     """Drift of all tokens as f_i = exp(ls_i) * fhat_i (`sphere.flow` docstring).
 
@@ -242,7 +242,7 @@ def drift(x, t, par, mats, ws, f, ls):
             f[0, k] = 0.0
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def euler_step(x, t, h, par, mats, ws, ls):
     """drift + retract(x, h, ls, f) fused, in the transposed layout; same formulas, same result
     up to the rounding of the normalisation (one reciprocal per token). False if non-finite."""
@@ -358,7 +358,7 @@ def retract(x, coef, ls, inc):
     return True
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def step(x, t, h, integrator, par, mats, ws, stages, ls):
     """Advance x (n, d) in place by one step; False if the state became non-finite.
 

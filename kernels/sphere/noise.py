@@ -34,7 +34,7 @@ COMMON = 2
 NOISE_CODES = {"independent": INDEPENDENT, "common": COMMON}
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def noisy_euler_step(x, t, h, par, mats, ws, ls, f, rng, mode, sigma):
     """x (n, d) <- the projected Euler-Maruyama step with retraction (module docstring), in place.
 

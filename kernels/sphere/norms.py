@@ -33,7 +33,7 @@ NGPT = 3
 NORM_CODES = dict(zip(vocabulary.LAYER_NORMS, (POST_LN, PRE_LN, PERI_LN, NGPT)))
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def normalised_step(x, radius, t, h, par, mats, ws, ls, mode, alpha):
     """One step of the layer `mode` (PRE_LN, PERI_LN or NGPT; module docstring) in place:
     x (n, d) the normalised tokens, radius (n,) their radii. par, mats, ws: as
