@@ -27,8 +27,9 @@ method measured in turn within each repeat; the load average is printed.
 - span: what a user waits for, one partition of `SPAN_TRAJECTORIES` trajectories (one cell, one
   checkpoint, T = 30, 300 layers) run by `pipeline.execute.run_partition` into a fresh zarr store:
   its started..finished span (generators, kernel, outcome recording, the write, the status) in
-  the process's CPU time; the store's creation before it (once per sweep, ~0.1 s) is not timed (the stored span is wall time, inflated by the machine's load), with
-  `k/x` ratios over the peer and JAX printed for it too (`span/peer`, `span/jax`).
+  the process's CPU time (the stored span is wall time, inflated by the machine's load); the
+  store's creation before it (once per sweep, ~0.1 s) is not timed. `k/x` ratios over the peer
+  and JAX are printed for it too (`span/peer`, `span/jax`).
 - peak: numpy matmul of two 1024 x 1024 float64 matrices on one OpenBLAS thread, GFLOP/s.
   `%pk` columns: the flops of one step over (time per step x peak), with
   F = 4 n^2 d (the Gram X X^T and the product W X, 2 n^2 d each, as dense products: what the
