@@ -485,6 +485,31 @@ def test_gram_blocks_are_the_full_product(dtype):
             assert np.isnan(blocks[r, :c0]).all()  # below the blocks: not written
 
 
+def test_scratch_arrays_start_on_a_cache_line():
+    # kernels/lowlevel/aligned.py: whatever the allocator returns, each array starts a 64-byte
+    # line, C-contiguous, of the prototype's dtype, and owns its entries (no two share memory)
+    from numba import njit
+
+    from tokensweep.kernels.lowlevel.aligned import empty_lines
+
+    @njit
+    def many(rows, cols, proto, count):
+        out = []
+        for _ in range(count):
+            out.append(empty_lines(rows, cols, proto))
+        return out
+
+    for proto in (np.empty(1), np.empty(1, np.float32)):
+        for rows, cols in [(1, 1), (3, 5), (33, 32), (8, 7)]:
+            arrays = many(rows, cols, proto, 16)
+            for a in arrays:
+                assert a.shape == (rows, cols) and a.dtype == proto.dtype and a.flags.c_contiguous
+                assert a.ctypes.data % 64 == 0
+            for i, a in enumerate(arrays):
+                a[...] = i
+            assert [int(a[-1, -1]) for a in arrays] == list(range(16))
+
+
 def test_vectorised_exponentials():
     from numba import njit
 

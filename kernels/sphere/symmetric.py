@@ -49,6 +49,7 @@ from .. import (
     outcomes,
 )
 from ..ensembles import shape_start
+from ..lowlevel.aligned import empty_lines
 from ..lowlevel.gemm import BLOCK, gram_upper
 from ..lowlevel.vecmath import like, tiny_like, vexp, vexp_unclamped
 from .checkpoints import memory, record_t
@@ -69,9 +70,9 @@ def applies(integrator, par, heads):
 def workspace_t(n, d, proto):
     """Scratch of `euler_step_t` in the dtype of proto: (g (n, n), dot, nrm, mvd, s (n,),
     ae (d + 1, n))."""
-    dt = proto.dtype
-    return (np.empty((n, n), dt), np.empty(n, dt), np.empty(n, dt), np.empty(n, dt),
-            np.empty(n, dt), np.empty((d + 1, n), dt))
+    lines = empty_lines(5, n, proto)  # dot, nrm, mvd, s: vectors of 8 tokens from 0 on
+    return (empty_lines(n, n, proto), lines[0], lines[1], lines[2], lines[3],
+            empty_lines(d + 1, n, proto))
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -288,11 +289,12 @@ def integrate_t(z, r0, init, h, layers, ckpt, times, par, delta, eps, out, state
     nb, n, d = z.shape
     m = n if reduce else d
     ws = workspace_t(n, m, proto)
-    xe = np.ones((m + 1, n), proto.dtype)  # the state in rows 0..m-1 (`euler_step_t`)
+    xe = empty_lines(m + 1, n, proto)  # the state in rows 0..m-1, ones in row m (`euler_step_t`)
+    xe[m] = 1.0
     xt = xe[:m]
-    g = np.empty((n, n))
+    g = empty_lines(n, n, z)  # the records' float64 Gram and state (z: float64)
     xr = np.empty((n, m))
-    x64 = np.empty((m, n))
+    x64 = empty_lines(m, n, z)
     basis = np.empty((n, d))
     for b in range(nb):
         r = r0 + b
