@@ -41,6 +41,8 @@ WORKER_PRELOAD = "tokensweep.flows.preload"
 # One partition per single-threaded worker process: threads inside a kernel (numba or the BLAS
 # behind its np.dot) would only oversubscribe the cores.
 THREAD_ENV = ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# The GPUs a local cluster's workers share out, one each (`start_local_cluster`)
+GPU_COUNT_ENV = "TOKENSWEEP_LOCAL_GPUS"
 
 
 def dask_environment(config: dict) -> dict[str, str]:
@@ -58,10 +60,10 @@ def usable_cores() -> int:
     return CPU_COUNT or 1
 
 
-def local_workers(workers: int | None, pending: int | None = None) -> int:
-    """How many local workers to start: as asked (one per usable core by default), no more than
-    the `pending` partitions to run."""
-    count = workers or usable_cores()
+def local_workers(workers: int | None, pending: int | None = None, gpus: int = 0) -> int:
+    """How many local workers to start: as asked (by default one per usable core, or one per GPU
+    for a cuda spec: `gpus`, the GPUs seen here), no more than the `pending` partitions to run."""
+    count = workers or gpus or usable_cores()
     return count if pending is None else min(count, pending)
 
 
@@ -71,29 +73,36 @@ def cap_threads() -> None:
         os.environ.setdefault(key, "1")
 
 
-def local_cluster_kwargs(workers: int | None = None, preload: bool = True) -> dict:
-    return {
-        "n_workers": local_workers(workers),
+def local_cluster_kwargs(workers: int | None = None, preload: bool = True, gpus: int = 0) -> dict:
+    kwargs = {
+        "n_workers": local_workers(workers, gpus=gpus),
         "threads_per_worker": 1,
         "processes": True,
         "dashboard_address": ":0",
         "preload": [WORKER_PRELOAD] if preload else [],
     }
+    if gpus:  # each worker holds one of them (gpus.GPU; the preload picks which, GPU_COUNT_ENV)
+        kwargs["resources"] = {"GPU": 1}
+    return kwargs
 
 
-def start_local_cluster(workers: int | None = None, preload: bool = True):
+def start_local_cluster(workers: int | None = None, preload: bool = True, gpus: int = 0):
     """A LocalCluster of `workers` single-threaded worker processes (one per usable core by
     default), returned once all are up; forked from this process's forkserver where one runs,
     else spawned. A worker the nanny restarts later (one that died) is spawned. Close it (or use
-    it as a context manager): its workers are this process's children."""
+    it as a context manager): its workers are this process's children. gpus: the GPUs seen here,
+    for a cuda spec's run: one worker per GPU by default, each declaring the resource GPU = 1 and
+    using GPU (its name mod gpus) (`preload.dask_setup`)."""
     import dask
     from distributed import LocalCluster
 
     dask.config.set(LOCAL_CLUSTER_CONFIG)
     method, env = forkserver.worker_start()
     cap_threads()  # after: a cap set since the forkserver started would make worker_start spawn
+    if gpus:
+        env = {**env, GPU_COUNT_ENV: str(gpus)}
     with dask.config.set({"distributed.worker.multiprocessing-method": method}):
-        return LocalCluster(**local_cluster_kwargs(workers, preload), env=env)
+        return LocalCluster(**local_cluster_kwargs(workers, preload, gpus), env=env)
 
 
 def serve_local_cluster(workers: int | None, scheduler_file: str | Path) -> None:

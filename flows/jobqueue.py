@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from ..pipeline.store import location
 from .clusters import IDLE_CONFIG, LOCAL_CLUSTER_CONFIG, dask_environment
+from .gpus import GPU
 
 KINDS = {  # --cluster NAME: dask_jobqueue's class, submit command, walltime format
     "slurm": ("SLURMCluster", "sbatch",
@@ -180,9 +181,16 @@ def job_script_prologue(api_url: str) -> list[str]:
 
 
 def cluster_kwargs(options: JobqueueOptions, api_url: str, *, job_name: str = "tokensweep",
-                   log_directory: str | None = None) -> dict:
-    """Keyword arguments of the dask-jobqueue class: one single-threaded process per core."""
+                   log_directory: str | None = None, gpu: bool = False) -> dict:
+    """Keyword arguments of the dask-jobqueue class: one single-threaded process per core; with
+    `gpu` (a cuda spec's jobs) each process declares one GPU (`gpus.py`), so a job of a GPU node
+    should have as many cores as GPUs (the profile's job-extra-directives asking for them)."""
     extra = {k.replace("-", "_"): v for k, v in options.extra.items()}
+    if gpu:
+        import dask
+
+        given = extra.get("worker_extra_args", dask.config.get(f"jobqueue.{options.kind}.worker-extra-args"))
+        extra["worker_extra_args"] = [*(given or []), "--resources", f"{GPU}=1"]
     prologue = job_script_prologue(api_url) + list(extra.pop("job_script_prologue", None) or [])
     memory = options.memory or _default_memory(options.cores)
     kwargs = dict(cores=options.cores, processes=options.cores, memory=memory,
@@ -250,14 +258,14 @@ async def _cancel_jobs(cluster) -> None:
 
 @contextmanager
 def jobqueue_cluster(options: JobqueueOptions, partitions: int, *, job_name: str = "tokensweep",
-                     log_directory: str | None = None):
+                     log_directory: str | None = None, gpu: bool = False):
     """Submit the worker jobs, yield the scheduler's address, cancel every job at the end
     (success, failure or Ctrl-C). Jobs that end early are replaced while the sweep runs."""
     from .server import ensure_server
 
     options = fit_to_work(options, partitions)
     cluster = build_cluster(options, ensure_server(), job_name=job_name,
-                            log_directory=log_directory)
+                            log_directory=log_directory, gpu=gpu)
     stop, seen = threading.Event(), set()
 
     def keep_scaled():
@@ -296,4 +304,5 @@ def batch_cluster(options: JobqueueOptions | None, partitions: int, sweep):
         return nullcontext(None)
     return jobqueue_cluster(options, partitions,
                             job_name="tokensweep-" + re.sub(r"[^\w.-]", "_", sweep.name),
-                            log_directory=str(location.local_sibling(sweep.store, ".jobs").absolute()))
+                            log_directory=str(location.local_sibling(sweep.store, ".jobs").absolute()),
+                            gpu=getattr(sweep, "device", "cpu") == "cuda")

@@ -13,6 +13,7 @@ import prefect.task_engine  # noqa: F401
 from prefect.context import refresh_global_settings_context
 
 from . import sweep  # noqa: F401  (the tasks, hence the pipeline they call)
+from .clusters import GPU_COUNT_ENV
 from .forkserver import STREAMS, UNSET
 
 # Its lines come before dask_setup, so a fork would write them to the forkserver's streams
@@ -29,6 +30,18 @@ def dask_setup(worker) -> None:
     for key in os.environ.pop(UNSET, "").split():
         os.environ.pop(key, None)
     refresh_global_settings_context()
+    use_one_gpu(worker.name)
+
+
+def use_one_gpu(name) -> None:
+    """In a local cluster of a cuda run over several GPUs (GPU_COUNT_ENV), let the worker named
+    `name` (0, 1, ...) see one of them, before anything in its process starts CUDA."""
+    gpus = int(os.environ.get(GPU_COUNT_ENV) or 0)
+    if gpus < 2:
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",") if visible else [str(i) for i in range(gpus)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(name) % len(ids)]
 
 
 def _reopen(path: str | None, fd: int) -> None:

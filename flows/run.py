@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 
 from . import forkserver
 from .clusters import WORKER_PRELOAD, cap_threads, local_workers, start_local_cluster
+from .gpus import local_gpus, on_gpu
 from .server import ensure_server
 
 SCHEDULER_HINT = ("start one with `dask scheduler --scheduler-file FILE` (see docs/cluster.md), "
@@ -128,7 +129,9 @@ def early_task_runner(workers: int | None, pending: int, spec=None):
     global _starting
     with ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as pool:
         # forked from run_sweep's forkserver where it started one, else spawned
-        _starting = starting = pool.submit(start_local_cluster, local_workers(workers, pending))
+        gpus = local_gpus() if isinstance(spec, dict) and on_gpu(spec) else 0  # one worker each
+        _starting = starting = pool.submit(start_local_cluster, local_workers(workers, pending, gpus),
+                                           gpus=gpus)
         try:
             yield DaskTaskRunner(cluster_class=started_local_cluster)
         finally:

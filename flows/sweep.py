@@ -31,6 +31,7 @@ from ..pipeline.store.cube import open_cube, read_status, record_provenance, sto
 from ..pipeline.store.layout import FAILED
 from ..pipeline.store.lifecycle import prepare_store
 from .flow_lock import flow_lock
+from .gpus import gpu_tasks
 
 PARTITION_RETRIES = 2
 # A large sweep's batches go to this many tasks per worker thread, each a sample of the grid's
@@ -136,7 +137,13 @@ def _sweep(spec: dict, store: str, failed_only: bool, progress: bool, report: bo
 
 def _submit(spec: dict, store: str, plan: Plan, todo: list[int], failed_only: bool) -> dict:
     """One task per partition, or per batch of a batched store: {task run id: (future, what it
-    runs (a line for errors), how many partitions)}."""
+    runs (a line for errors), how many partitions)}; those of a cuda spec on the cluster's GPU
+    workers, where it has some (`gpus.gpu_tasks`)."""
+    with gpu_tasks(spec, _dask_client()):
+        return _submit_tasks(spec, store, plan, todo, failed_only)
+
+
+def _submit_tasks(spec: dict, store: str, plan: Plan, todo: list[int], failed_only: bool) -> dict:
     shape = store_batch_shape(store)
     if all(s == 1 for s in shape):
         futures = {i: partition_task.submit(spec, store, i, plan.label(plan[i])) for i in todo}
@@ -174,10 +181,18 @@ def _task_count() -> int:
     """How many tasks a batched sweep's batches are spread over: TASKS_PER_WORKER per worker
     thread the flow's Dask cluster has now (WORKERS_UNKNOWN when it has none, or no client)."""
     try:
-        threads = sum(FlowRunContext.get().task_runner.client.nthreads().values())
+        threads = sum(_dask_client().nthreads().values())
     except Exception:  # another task runner, or a cluster not reachable yet
         threads = 0
     return TASKS_PER_WORKER * (threads or WORKERS_UNKNOWN)
+
+
+def _dask_client():
+    """The flow's Dask client; None on another task runner (in_process.py's)."""
+    try:
+        return FlowRunContext.get().task_runner.client
+    except Exception:  # no Dask task runner, or its cluster is not reachable yet
+        return None
 
 
 def _run_partitions(sweep, store: str, plan: Plan, todo: list[int], progress: bool,

@@ -169,3 +169,15 @@ def test_ctrl_c_stays_a_keyboard_interrupt():
             "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_cuda_specs_workers_each_declare_one_gpu(profiles):
+    # flows/gpus.py: the tasks of a cuda spec ask for the resource GPU = 1; the jobs' workers
+    # declare it, one per worker process, after the profile's own worker arguments
+    with dask.config.set({"jobqueue.slurm.worker-extra-args": ["--lifetime", "55m"]}):
+        gpu = job_script(resolve_options(None, "short"), gpu=True)
+        cpu = job_script(resolve_options(None, "short"))
+    worker = next(line for line in gpu.splitlines() if "distributed.cli.dask_worker" in line)
+    assert "--lifetime 55m --resources GPU=1" in worker, worker
+    assert "--nworkers 2" in worker, worker  # one GPU per worker process: cores = GPUs per job
+    assert "--resources" not in cpu and "--lifetime 55m" in cpu, cpu

@@ -170,6 +170,7 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
     from ...pipeline.errors import SpecError, StoreError
     from ...pipeline.plan import Plan
     from ..clusters import local_workers
+    from ..gpus import local_gpus
     from ..run import run_sweep, runs_in_process
     from .compiling import kernels_cold
 
@@ -190,8 +191,11 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
     else:  # a local or existing cluster: dask-jobqueue is not imported
         cluster = nullcontext(None)
     if not quiet:
+        local_cuda = scheduler is None and batch is None and getattr(sweep, "device", "cpu") == "cuda"
+        gpus = local_gpus() if local_cuda else 0
         where = batch.describe() if batch else f"the cluster at {scheduler}" if scheduler else \
-            f"{local_workers(workers, todo)} local workers" if not runs_in_process(todo, sweep, workers) else \
+            f"{local_workers(workers, todo, gpus)} local {'GPU ' if gpus else ''}workers" \
+            if not runs_in_process(todo, sweep, workers) else \
             "this process (no cluster)"  # no idle workers; nor a cluster for one partition
         logs = "" if verbose else f" (logs: {log})"
         typer.echo(f"{sweep.name}: {todo} of {total} partitions to run into {store} on {where}{logs}")

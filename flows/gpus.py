@@ -1,0 +1,57 @@
+"""Partitions of a `device: cuda` spec on the workers that hold a GPU (Dask worker resources).
+
+A worker that holds a GPU declares the resource ``GPU=1``: the local cluster of a cuda run (one
+worker per GPU), the workers of a batch cluster for a cuda spec, or a user's own ``dask worker
+--resources GPU=1`` beside CPU-only workers. Where the cluster has such workers, each task of a
+cuda spec asks for one (``dask.annotate``), so a GPU runs one partition at a time and no CPU-only
+worker takes one. Where it has none (a cluster that declares nothing, an adaptive one with no
+worker yet), the tasks ask for nothing and run on any worker, as every task of a cpu spec does.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+
+GPU = "GPU"  # the worker resource's name
+SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"  # = kernels.stochastic.cuda.SIMULATOR_ENV (no numba here)
+
+
+def on_gpu(spec: dict) -> bool:
+    """Does the spec (as plain data) run on a CUDA device?"""
+    return spec.get("device") == "cuda"
+
+
+def local_gpus() -> int:
+    """GPUs this process sees: numba's count, or torch's where numba-cuda is missing; 1 under
+    numba-cuda's simulator (it simulates one device); 0 when neither finds one."""
+    if os.environ.get(SIMULATOR_ENV) == "1":
+        return 1
+    try:
+        from numba import cuda
+
+        return len(cuda.gpus) if cuda.is_available() else 0
+    except Exception:  # numba-cuda missing or no driver: ask torch, where installed
+        pass
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
+def gpu_workers(client) -> int:
+    """How many workers of the client's cluster declare the GPU resource."""
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    return sum(1 for worker in workers if worker.get("resources", {}).get(GPU, 0) >= 1)
+
+
+def gpu_tasks(spec: dict, client):
+    """A context in which the tasks submitted ask for one GPU each: for a cuda spec on a cluster
+    with GPU workers; else nothing is asked (`client` None: not a Dask task runner)."""
+    if not on_gpu(spec) or client is None or gpu_workers(client) == 0:
+        return nullcontext()
+    import dask
+
+    return dask.annotate(resources={GPU: 1})

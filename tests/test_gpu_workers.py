@@ -1,0 +1,56 @@
+"""`device: cuda` partitions on the workers that hold a GPU (flows/gpus.py), on real Dask clusters
+without a GPU: numba-cuda's simulator stands for the device (NUMBA_ENABLE_CUDASIM=1, conftest).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("numba_cuda")
+
+CUDA = {"name": "routed", "model": "stochastic_transformer", "attention": "sa", "device": "cuda",
+        "grid": {"beta": [2.0], "d": [3], "n": 2}, "time": {"T": 1.0, "layers": 5, "checkpoints": 1},
+        "trajectories": 8, "partition_traj": 2, "seed": 5}
+
+
+@pytest.mark.slow  # a scheduler, two worker processes and a Prefect server
+def test_cuda_partitions_go_only_to_the_gpu_worker(prefect_server, tmp_path):
+    """A cluster of one worker with a (simulated) GPU that declares it and one CPU-only worker,
+    on which the device kernel cannot run (simulator off): all 4 partitions are computed, on the
+    GPU worker. Without the routing the CPU worker takes about half of them, and they fail."""
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    from tokensweep.flows.run import run_sweep
+    from tokensweep.pipeline.store.cube import read_status
+    from tokensweep.pipeline.store.layout import DONE
+
+    def worker(env, **options):
+        return {"cls": Nanny, "options": {"nthreads": 1, "env": env, **options}}
+
+    workers = {"gpu": worker({"NUMBA_ENABLE_CUDASIM": "1"}, resources={"GPU": 1}),
+               "cpu": worker({"NUMBA_ENABLE_CUDASIM": "0"})}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0"}}
+    store = str(tmp_path / "routed.zarr")
+    with SpecCluster(workers=workers, scheduler=scheduler) as cluster:
+        summary = run_sweep({**CUDA, "store": store}, store, scheduler=cluster.scheduler_address,
+                            progress=False, report=False)
+    assert summary["computed"] == 4
+    assert (read_status(store) == DONE).all()
+
+
+@pytest.mark.slow  # a local cluster
+def test_a_local_cuda_cluster_has_one_worker_per_gpu_each_on_its_own(monkeypatch):
+    """start_local_cluster(gpus=2), as a cuda run on a machine with two GPUs: two workers, each
+    declaring one GPU and seeing only its own (CUDA_VISIBLE_DEVICES, set before CUDA starts)."""
+    from distributed import Client
+
+    from tokensweep.flows.clusters import start_local_cluster
+    from tokensweep.flows.gpus import gpu_workers
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    with start_local_cluster(gpus=2) as cluster, Client(cluster) as client:
+        assert gpu_workers(client) == 2
+        seen = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
+    assert sorted(seen.values()) == ["3", "5"], seen
