@@ -55,3 +55,8 @@ def gpu_tasks(spec: dict, client):
     import dask
 
     return dask.annotate(resources={GPU: 1})
+
+
+def workers_phrase(count: int, gpus: int) -> str:
+    """'2 local workers', or '1 local GPU worker' for a cuda run (`gpus`: the GPUs seen here)."""
+    return f"{count} local {'GPU ' if gpus else ''}worker{'' if count == 1 else 's'}"

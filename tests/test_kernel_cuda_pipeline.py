@@ -117,3 +117,18 @@ def test_without_gpu_or_simulator_the_python_api_refuses_before_any_compute(tmp_
     assert out.returncode == 2, out.stdout + out.stderr
     assert "device: cuda" in out.stdout and "NUMBA_ENABLE_CUDASIM=1" in out.stdout
     assert not (tmp_path / "never.zarr").exists()
+
+
+def test_plan_of_a_cuda_spec_times_the_device_and_counts_one_worker_per_gpu(tmp_path, capsys,
+                                                                            monkeypatch):
+    """`tokensweep plan` times a partition of the device kernel (the simulator's, here: one
+    device) and spreads the partitions over one local worker per GPU, not per core."""
+    from tokensweep.flows.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    spec = tmp_path / "cuda.json"
+    spec.write_text(json.dumps({**CUDA, "trajectories": 8, "partition_traj": 2}))
+    assert main(["plan", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "GPU time: ~" in out and "on 1 local GPU worker, plus" in out, out
+    assert "core time" not in out, out

@@ -190,6 +190,7 @@ def plan(
     from ...pipeline.spec.load import estimated_store_bytes, format_bytes
     from ...pipeline.store.lock import describe_lock
     from ..clusters import local_workers
+    from ..gpus import local_gpus, workers_phrase
     from .compiling import kernels_cold
 
     try:
@@ -219,14 +220,16 @@ def plan(
     except Exception as err:  # the kernel itself failed: say so in one line
         fail(f"the calibration run failed ({type(err).__name__}: {first_line(err)}): "
               "`tokensweep plan --no-calibrate` plans without timing", code=1)
-    n_workers = local_workers(workers)  # one per usable core (affinity, cgroups) by default
+    # one per usable core (affinity, cgroups) by default; a cuda spec: one per GPU seen here
+    gpus = local_gpus() if getattr(sweep, "device", "cpu") == "cuda" else 0
+    n_workers = local_workers(workers, gpus=gpus)
     layers = float(np.mean(sweep.axes.get("layers", sweep.time.layers)))  # a layers axis: its mean
     per_partition = per_layer * layers * sweep.partition_traj
     core = per_layer * layers * sweep.trajectories * sweep.n_cells * todo / partitions
     wall = math.ceil(todo / n_workers) * per_partition
-    typer.echo(f"core time: ~{duration(core)} ({per_layer * 1e6:.3g} us per trajectory and "
-               f"layer, {label}); wall time: ~{duration(wall)} on {n_workers} local workers, plus the "
-               "start of the cluster and the report")
+    typer.echo(f"{'GPU' if gpus else 'core'} time: ~{duration(core)} ({per_layer * 1e6:.3g} us per "
+               f"trajectory and layer, {label}); wall time: ~{duration(wall)} on "
+               f"{workers_phrase(n_workers, gpus)}, plus the start of the cluster and the report")
 
 
 def models():

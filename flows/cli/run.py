@@ -170,7 +170,7 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
     from ...pipeline.errors import SpecError, StoreError
     from ...pipeline.plan import Plan
     from ..clusters import local_workers
-    from ..gpus import local_gpus
+    from ..gpus import local_gpus, workers_phrase
     from ..run import run_sweep, runs_in_process
     from .compiling import kernels_cold
 
@@ -194,7 +194,7 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
         local_cuda = scheduler is None and batch is None and getattr(sweep, "device", "cpu") == "cuda"
         gpus = local_gpus() if local_cuda else 0
         where = batch.describe() if batch else f"the cluster at {scheduler}" if scheduler else \
-            f"{local_workers(workers, todo, gpus)} local {'GPU ' if gpus else ''}workers" \
+            workers_phrase(local_workers(workers, todo, gpus), gpus) \
             if not runs_in_process(todo, sweep, workers) else \
             "this process (no cluster)"  # no idle workers; nor a cluster for one partition
         logs = "" if verbose else f" (logs: {log})"
