@@ -41,8 +41,9 @@ WORKER_PRELOAD = "tokensweep.flows.preload"
 # One partition per single-threaded worker process: threads inside a kernel (numba or the BLAS
 # behind its np.dot) would only oversubscribe the cores.
 THREAD_ENV = ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-# The GPUs a local cluster's workers share out, one each (`start_local_cluster`)
-GPU_COUNT_ENV = "TOKENSWEEP_LOCAL_GPUS"
+# The GPUs the worker processes of a local cluster or of a batch job share out, one each
+# (`start_local_cluster`, `jobqueue.cluster_kwargs`, `preload.use_one_gpu`)
+GPU_COUNT_ENV = "TOKENSWEEP_WORKER_GPUS"
 
 
 def dask_environment(config: dict) -> dict[str, str]:

@@ -24,7 +24,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 
 from ..pipeline.store import location
-from .clusters import IDLE_CONFIG, LOCAL_CLUSTER_CONFIG, dask_environment
+from .clusters import GPU_COUNT_ENV, IDLE_CONFIG, LOCAL_CLUSTER_CONFIG, WORKER_PRELOAD, dask_environment
 from .gpus import GPU
 
 KINDS = {  # --cluster NAME: dask_jobqueue's class, submit command, walltime format
@@ -183,15 +183,17 @@ def job_script_prologue(api_url: str) -> list[str]:
 def cluster_kwargs(options: JobqueueOptions, api_url: str, *, job_name: str = "tokensweep",
                    log_directory: str | None = None, gpu: bool = False) -> dict:
     """Keyword arguments of the dask-jobqueue class: one single-threaded process per core; with
-    `gpu` (a cuda spec's jobs) each process declares one GPU (`gpus.py`), so a job of a GPU node
-    should have as many cores as GPUs (the profile's job-extra-directives asking for them)."""
+    `gpu` (a cuda spec's jobs) each process declares one GPU (`gpus.py`) and uses the one its
+    index picks among the job's (`preload.use_one_gpu`), so a job should have as many cores as
+    GPUs (the profile's job-extra-directives asking the batch system for them)."""
     extra = {k.replace("-", "_"): v for k, v in options.extra.items()}
+    prologue = job_script_prologue(api_url) + list(extra.pop("job_script_prologue", None) or [])
     if gpu:
         import dask
 
         given = extra.get("worker_extra_args", dask.config.get(f"jobqueue.{options.kind}.worker-extra-args"))
-        extra["worker_extra_args"] = [*(given or []), "--resources", f"{GPU}=1"]
-    prologue = job_script_prologue(api_url) + list(extra.pop("job_script_prologue", None) or [])
+        extra["worker_extra_args"] = [*(given or []), "--resources", f"{GPU}=1", "--preload", WORKER_PRELOAD]
+        prologue.append(f"export {GPU_COUNT_ENV}={options.cores}")
     memory = options.memory or _default_memory(options.cores)
     kwargs = dict(cores=options.cores, processes=options.cores, memory=memory,
                   job_script_prologue=prologue, job_name=job_name, **extra)

@@ -34,14 +34,17 @@ def dask_setup(worker) -> None:
 
 
 def use_one_gpu(name) -> None:
-    """In a local cluster of a cuda run over several GPUs (GPU_COUNT_ENV), let the worker named
-    `name` (0, 1, ...) see one of them, before anything in its process starts CUDA."""
+    """Where the worker processes of a local cluster or of a batch job share out several GPUs
+    (GPU_COUNT_ENV), let this one see one of them, before anything in its process starts CUDA:
+    the i-th by its name (a local worker's is i; `dask worker --nworkers N --name JOB` names
+    its processes JOB-0 .. JOB-(N-1)) among the CUDA_VISIBLE_DEVICES the job was given."""
     gpus = int(os.environ.get(GPU_COUNT_ENV) or 0)
-    if gpus < 2:
+    index = str(name).rsplit("-", 1)[-1]
+    if gpus < 2 or not index.isdigit():
         return
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = visible.split(",") if visible else [str(i) for i in range(gpus)]
-    os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(name) % len(ids)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(index) % len(ids)]
 
 
 def _reopen(path: str | None, fd: int) -> None:

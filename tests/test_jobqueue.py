@@ -178,6 +178,7 @@ def test_a_cuda_specs_workers_each_declare_one_gpu(profiles):
         gpu = job_script(resolve_options(None, "short"), gpu=True)
         cpu = job_script(resolve_options(None, "short"))
     worker = next(line for line in gpu.splitlines() if "distributed.cli.dask_worker" in line)
-    assert "--lifetime 55m --resources GPU=1" in worker, worker
-    assert "--nworkers 2" in worker, worker  # one GPU per worker process: cores = GPUs per job
-    assert "--resources" not in cpu and "--lifetime 55m" in cpu, cpu
+    assert "--lifetime 55m --resources GPU=1 --preload tokensweep.flows.preload" in worker, worker
+    # one GPU per worker process (cores = GPUs per job), each its own: preload.use_one_gpu
+    assert "--nworkers 2" in worker and "export TOKENSWEEP_WORKER_GPUS=2" in gpu, gpu
+    assert "--resources" not in cpu and "--lifetime 55m" in cpu and "GPUS" not in cpu, cpu
