@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from . import forkserver
+from .gpus import GPU, GPU_COUNT_ENV
 
 # Partitions are long and uniform: a worker gets its next one only when it is free. The default
 # saturation (1.1) sends two to a one-thread worker, so at the end of a sweep one worker can sit
@@ -41,9 +42,6 @@ WORKER_PRELOAD = "tokensweep.flows.preload"
 # One partition per single-threaded worker process: threads inside a kernel (numba or the BLAS
 # behind its np.dot) would only oversubscribe the cores.
 THREAD_ENV = ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-# The GPUs the worker processes of a local cluster or of a batch job share out, one each
-# (`start_local_cluster`, `jobqueue.cluster_kwargs`, `preload.use_one_gpu`)
-GPU_COUNT_ENV = "TOKENSWEEP_WORKER_GPUS"
 
 
 def dask_environment(config: dict) -> dict[str, str]:
@@ -82,8 +80,8 @@ def local_cluster_kwargs(workers: int | None = None, preload: bool = True, gpus:
         "dashboard_address": ":0",
         "preload": [WORKER_PRELOAD] if preload else [],
     }
-    if gpus:  # each worker holds one of them (gpus.GPU; the preload picks which, GPU_COUNT_ENV)
-        kwargs["resources"] = {"GPU": 1}
+    if gpus:  # each worker holds one of them (the preload picks which: GPU_COUNT_ENV)
+        kwargs["resources"] = {GPU: 1}
     return kwargs
 
 
@@ -93,7 +91,7 @@ def start_local_cluster(workers: int | None = None, preload: bool = True, gpus: 
     else spawned. A worker the nanny restarts later (one that died) is spawned. Close it (or use
     it as a context manager): its workers are this process's children. gpus: the GPUs seen here,
     for a cuda spec's run: one worker per GPU by default, each declaring the resource GPU = 1 and
-    using GPU (its name mod gpus) (`preload.dask_setup`)."""
+    using the GPU its name picks (`preload.use_one_gpu`)."""
     import dask
     from distributed import LocalCluster
 

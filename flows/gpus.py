@@ -14,6 +14,9 @@ import os
 from contextlib import nullcontext
 
 GPU = "GPU"  # the worker resource's name
+# How many GPUs the worker processes of a local cluster or of a batch job share out, one each
+# (`clusters.start_local_cluster`, `jobqueue.cluster_kwargs`, `preload.use_one_gpu`)
+GPU_COUNT_ENV = "TOKENSWEEP_WORKER_GPUS"
 SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"  # = kernels.stochastic.cuda.SIMULATOR_ENV (no numba here)
 
 

@@ -24,8 +24,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 
 from ..pipeline.store import location
-from .clusters import GPU_COUNT_ENV, IDLE_CONFIG, LOCAL_CLUSTER_CONFIG, WORKER_PRELOAD, dask_environment
-from .gpus import GPU
+from .clusters import IDLE_CONFIG, LOCAL_CLUSTER_CONFIG, WORKER_PRELOAD, dask_environment
+from .gpus import GPU, GPU_COUNT_ENV
 
 KINDS = {  # --cluster NAME: dask_jobqueue's class, submit command, walltime format
     "slurm": ("SLURMCluster", "sbatch",

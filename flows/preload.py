@@ -13,8 +13,8 @@ import prefect.task_engine  # noqa: F401
 from prefect.context import refresh_global_settings_context
 
 from . import sweep  # noqa: F401  (the tasks, hence the pipeline they call)
-from .clusters import GPU_COUNT_ENV
 from .forkserver import STREAMS, UNSET
+from .gpus import GPU_COUNT_ENV
 
 # Its lines come before dask_setup, so a fork would write them to the forkserver's streams
 logging.getLogger("distributed.preloading").setLevel(logging.WARNING)
