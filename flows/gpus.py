@@ -13,11 +13,12 @@ from __future__ import annotations
 import os
 from contextlib import nullcontext
 
+from ..kernels.vocabulary import SIMULATOR_ENV
+
 GPU = "GPU"  # the worker resource's name
 # How many GPUs the worker processes of a local cluster or of a batch job share out, one each
 # (`clusters.start_local_cluster`, `jobqueue.cluster_kwargs`, `preload.use_one_gpu`)
 GPU_COUNT_ENV = "TOKENSWEEP_WORKER_GPUS"
-SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"  # = kernels.stochastic.cuda.SIMULATOR_ENV (no numba here)
 
 
 def on_gpu(spec: dict) -> bool:
@@ -58,8 +59,3 @@ def gpu_tasks(spec: dict, client):
     import dask
 
     return dask.annotate(resources={GPU: 1})
-
-
-def workers_phrase(count: int, gpus: int) -> str:
-    """'2 local workers', or '1 local GPU worker' for a cuda run (`gpus`: the GPUs seen here)."""
-    return f"{count} local {'GPU ' if gpus else ''}worker{'' if count == 1 else 's'}"

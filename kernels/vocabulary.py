@@ -166,6 +166,9 @@ SPHERE_FLOW_INTEGRATORS = ("euler", "heun", "rk4")
 SPHERE_FLOW_INITS = ("uniform_sphere", "hemisphere", "equiangular")
 FLOW_PRECISIONS = ("float64", "float32")  # arithmetic of the deterministic flows' state
 SPHERE_FLOW_DEVICES = ("cpu", "cuda")  # the numba kernels, or `sphere.gpu` on a CUDA GPU
+# numba-cuda runs its kernels in a simulator on the CPU where this is "1" (read at numba.cuda's
+# import): the device path without a GPU
+SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"
 QK_ENSEMBLES = ("identity", "ginibre", "goe", "wigner", "wishart")
 LAYER_NORMS = ("post", "pre", "peri", "ngpt")  # `sphere.norms`
 ENSEMBLE_SCALINGS = ("normalised", "authors")  # `ensembles.authors_scaling`

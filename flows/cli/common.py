@@ -182,6 +182,11 @@ def partitions_to_run(sweep, failed_only: bool = False) -> int:
     return lifecycle.partitions_to_run(sweep, sweep.store, failed_only)
 
 
+def workers_phrase(count: int, gpus: int) -> str:
+    """'2 local workers', or '1 local GPU worker' for a cuda run (`gpus`: the GPUs seen here)."""
+    return f"{count} local {'GPU ' if gpus else ''}worker{'' if count == 1 else 's'}"
+
+
 def local_problem(sweep) -> Optional[str]:
     """What this machine lacks to compute the sweep (`Model.local_problem`: a GPU), or None."""
     from ...pipeline.models import get_model

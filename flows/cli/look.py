@@ -27,6 +27,7 @@ from .common import (
     first_line,
     local_problem,
     partitions_to_run,
+    workers_phrase,
 )
 
 
@@ -190,7 +191,7 @@ def plan(
     from ...pipeline.spec.load import estimated_store_bytes, format_bytes
     from ...pipeline.store.lock import describe_lock
     from ..clusters import local_workers
-    from ..gpus import local_gpus, workers_phrase
+    from ..gpus import local_gpus
     from .compiling import kernels_cold
 
     try:

@@ -46,6 +46,7 @@ from .common import (
     partitions_to_run,
     refuse_if_locked,
     store_target,
+    workers_phrase,
 )
 
 
@@ -170,7 +171,7 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
     from ...pipeline.errors import SpecError, StoreError
     from ...pipeline.plan import Plan
     from ..clusters import local_workers
-    from ..gpus import local_gpus, workers_phrase
+    from ..gpus import local_gpus
     from ..run import run_sweep, runs_in_process
     from .compiling import kernels_cold
 

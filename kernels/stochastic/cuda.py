@@ -43,7 +43,7 @@ ATTENTION_CODES = {"sa": device_steps.SA, "usa": device_steps.USA,
 NOISE_CODES = {"gaussian": device_steps.GAUSSIAN, "literal": device_steps.LITERAL,
                "scalar": device_steps.SCALAR}
 LAW_CODES = {"gaussian": 0, "rademacher": 1, "uniform": 2}  # = lowlevel.philox.fill's laws
-SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"
+SIMULATOR_ENV = vocabulary.SIMULATOR_ENV
 
 __all__ = ["MAX_DIM", "MAX_TOKENS", "device_ready", "simulate_hybrid_cuda", "simulate_stochastic_cuda"]
 
