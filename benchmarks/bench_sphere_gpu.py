@@ -3,7 +3,8 @@
 One run on a GPU machine prints, and writes to --out as bench_sphere_gpu.json and .md:
 
 1. verification: the torch path (device, float64) against the CPU kernel (`simulate_sphere_flow`,
-   one thread) on the same Generators: n = 32, d in {2, 32, 128, 1024}, SA and USA (plus causal
+   one thread) from the same starts (the device's Philox starts, computed on the host by
+   `gpu_starts.starts_on_host`, given to the CPU kernel as x0): n = 32, d in {2, 32, 128, 1024}, SA and USA (plus causal
    USA and V = -I at d = 32), beta = 1, T = 30, h = 0.1, checkpoints at 30, 100, 300 layers: the
    largest state and outcome differences, the fraction of equal cluster classes and counts;
 2. float32 against float64 on the device: per-trajectory differences and the statistics (mean
@@ -11,7 +12,9 @@ One run on a GPU machine prints, and writes to --out as bench_sphere_gpu.json an
 3. speed, particle-steps/s (trajectories x n x layers / s): the device's steps alone
    (synchronised), the same step jit-compiled in JAX on JAX's default device (the GPU where
    jax has CUDA; left out where jax is not installed), a whole call with one checkpoint
-   (starts drawn on the host, upload, steps, outcomes), a call with the catalog's 60 checkpoints recorded on 1 and on all host threads,
+   (starts, steps and outcomes on the device; the host decides the hemisphere tests no cheap
+   certificate settles, on its threads), a call with the catalog's 60 checkpoints on 1 and on
+   all host threads,
    and the CPU kernel on one core on fewer trajectories (rates scale linearly in them): n = 32
    with 2048 trajectories at d in {2, 32, 128, 512, 1024} (whole calls on both sides), then
    n = 256 and 1024 at d = 128 and 512 (the CPU kernel's steps alone, and no whole call at
@@ -90,12 +93,17 @@ class Bench:
             return False
         return True
 
-    def run(self, count, on_device, graphs=True, **kw):
+    def run(self, count, on_device, graphs=True, same_starts=False, **kw):
         """(outputs, wall seconds) of simulate_sphere_flow on the device or the CPU kernel;
-        graphs=False: the device's steps eager, not replayed from a CUDA graph."""
+        graphs=False: the device's steps eager, not replayed from a CUDA graph; same_starts:
+        the CPU kernel starts where the device does (drawn before the clock starts)."""
+        from tokensweep.kernels.ensembles import UNIFORM_SPHERE
         from tokensweep.kernels.sphere import gpu as sphere_torch
+        from tokensweep.kernels.sphere.gpu_starts import starts_on_host
 
         extra = {"device": self.device} if on_device else {}
+        if same_starts and not on_device:
+            extra = {"x0": starts_on_host(rngs(count), kw["n"], kw["d"], UNIFORM_SPHERE)}
         self.sync()
         sphere_torch.USE_GRAPHS = graphs
         try:
@@ -131,7 +139,7 @@ def verification(bench, size):
         if not bench.time_left(name):
             continue
         kw = flow(n, d, layers, ckpts, attention, value, states=True)
-        cpu, t_cpu = bench.run(count, False, **kw)
+        cpu, t_cpu = bench.run(count, False, same_starts=True, **kw)
         gpu, t_gpu = bench.run(count, True, **kw)
         eager = bench.run(count, True, graphs=False, **kw)[0]
         row = dict(n=n, d=d, attention=attention, value=value, trajectories=count,
@@ -339,7 +347,7 @@ def markdown(result):
     lines = [f"Measured by `benchmarks/bench_sphere_gpu.py` on {env.get('gpu', env['device'])} "
              f"(torch {env['torch']}, CUDA {env['torch_cuda']}, {env['cpus']} CPUs; CPU kernel "
              f"on one core of the same machine), {time.strftime('%Y-%m-%d')}.", "",
-             "Verification, device float64 against the CPU kernel (same Generators; max |diff|"
+             "Verification, device float64 against the CPU kernel (the same starts; max |diff|"
              " over trajectories and checkpoints; graph vs eager: the states of the device's "
              "CUDA-graph steps against its eager steps):", "",
              "| n | d | attention | V | traj | states | overlaps | energy | frac_close | "
@@ -364,8 +372,8 @@ def markdown(result):
     lines += ["", "Speed, particle-steps/s (SA, beta = 1, h = 0.1): the device's steps alone "
               "(each replayed from a CUDA graph, as the path runs them; eager: launched one "
               "kernel at a time, as before the graphs); "
-              "a whole call with one checkpoint (host starts, upload, steps, outcomes on all "
-              "host threads), and with 60 checkpoints recorded on 1 / all host threads (their "
+              "a whole call with one checkpoint (starts, steps and outcomes on the device, undecided "
+              "hemisphere tests on all host threads), and with 60 checkpoints on 1 / all host threads (their "
               "number in brackets); the CPU kernel on one core: a whole call with one "
               "checkpoint (n = 32) or its steps alone (large n); host share: the part of the "
               "60-checkpoint call (all threads; else the one-checkpoint call) not spent in "

@@ -10,29 +10,13 @@ import functools
 
 import numpy as np
 
-from .ensembles import fill_normals
 
-PARALLEL_DRAW_MIN = 16384  # normals per trajectory from which threads draw faster (below)
-
-
-def start_normals(rngs, r0, r1, n, d, threads=1):
+def start_normals(rngs, r0, r1, n, d):
     """(r1 - r0, n, d) standard normals, trajectory r's from rngs[r] (the numbers `draw_start`
-    would draw). On `threads` > 1 threads (the GPU path draws a whole device batch at once) and
-    at least PARALLEL_DRAW_MIN normals per trajectory they are drawn by a numba function, which
-    lets go of the GIL where numpy's draws hold it; but handing it a Generator costs ~50 us
-    under the GIL, more than numpy's whole draw of a few thousand normals (on an H100 host, 16
-    threads: 2.3x faster whole calls at n = 32, d = 512, 12x slower at d = 2): there, and on one
-    thread, numpy draws them."""
+    would draw)."""
     z = np.empty((r1 - r0, n, d))
-    if threads == 1 or n * d < PARALLEL_DRAW_MIN:
-        for b in range(r1 - r0):
-            rngs[r0 + b].standard_normal(out=z[b])
-        return z
-
-    def draw(b0, b1):
-        for b in range(b0, b1):
-            fill_normals(rngs[r0 + b], z[b])
-    run_blocks(r1 - r0, max(1, -(-(r1 - r0) // (4 * threads))), threads, draw)
+    for b in range(r1 - r0):
+        rngs[r0 + b].standard_normal(out=z[b])
     return z
 
 

@@ -1,5 +1,7 @@
 """The GPU path of the sphere flow (kernels/sphere/gpu.py), run on torch's CPU device against the
-numba kernel on the same Generators (a GPU machine runs benchmarks/bench_sphere_gpu.py).
+numba kernel started from the same starts: the device's Philox starts, computed on the host by the
+numpy reference (`philox.normals_numpy`) and shaped by the CPU's `shape_start` (a GPU machine runs
+benchmarks/bench_sphere_gpu.py).
 
 Tolerances. Both paths evaluate the same formulas in float64 but not in the same order (BLAS vs
 torch products, numba's exp vs torch's): ~1e-16 apart per step. Until the tokens cluster the flow
@@ -19,7 +21,9 @@ torch = pytest.importorskip("torch", reason="the GPU path needs PyTorch (the `gp
                                             "installs the CPU wheel)")
 
 from tokensweep.kernels import observables  # noqa: E402
+from tokensweep.kernels.ensembles import INIT_CODES  # noqa: E402
 from tokensweep.kernels.sphere import gpu as sphere_torch  # noqa: E402
+from tokensweep.kernels.sphere import gpu_starts  # noqa: E402
 from tokensweep.kernels.sphere import symmetric as sphere_symmetric  # noqa: E402
 from tokensweep.kernels.sphere.flow import SphereFlowOutcomes, simulate_sphere_flow  # noqa: E402
 
@@ -33,10 +37,13 @@ def rngs(count, seed=11):
 
 
 def both(count=12, seed=11, **kw):
-    """(numba kernel, torch path on the CPU) outputs of the same trajectories."""
+    """(numba kernel, torch path on the CPU) outputs of the same trajectories: the numba
+    kernel is given the device's starts."""
     kw = {**BASE, **kw}
-    return (simulate_sphere_flow(rngs(count, seed), **kw),
-            simulate_sphere_flow(rngs(count, seed), device=TORCH_CPU, **kw))
+    init = kw.pop("init", "uniform_sphere")
+    x0 = gpu_starts.starts_on_host(rngs(count, seed), kw["n"], kw["d"], INIT_CODES[init])
+    return (simulate_sphere_flow(rngs(count, seed), x0=x0, **kw),
+            simulate_sphere_flow(rngs(count, seed), device=TORCH_CPU, init=init, **kw))
 
 
 def near_threshold(out, delta=1e-3):
@@ -171,8 +178,8 @@ def test_a_state_that_turns_non_finite_stops_recording_as_on_the_cpu():
         if run == "numba":
             sphere_symmetric.integrate_t(normals.copy(), 0, 0, *args, False)
         else:
-            sphere_torch.integrate(lambda r0, r1: normals[r0:r1].copy(), 3, n, d, 0, *args,
-                                   False, TORCH_CPU)
+            starts = sphere_torch.host_starts(lambda r0, r1: normals[r0:r1], 0)
+            sphere_torch.integrate(starts, 3, n, d, *args, False, TORCH_CPU)
         outs.append(out)
     a, b = outs
     assert a.nonfinite.tolist() == b.nonfinite.tolist() == [True, True, True]
@@ -181,8 +188,9 @@ def test_a_state_that_turns_non_finite_stops_recording_as_on_the_cpu():
 
 
 def test_configurations_off_the_gpu_path_are_refused_by_argument():
-    for options in (dict(integrator="rk4"), dict(heads=2), dict(qk="goe"), dict(value="goe"),
-                    dict(attention="hardmax"), dict(beta=-1.0), dict(layer_norm="pre")):
+    for options in (dict(integrator="rk4"), dict(attention="hardmax"), dict(layer_norm="pre"),
+                    dict(noise="independent", sigma=0.1), dict(value_rotation=0.5),
+                    dict(time_varying="rst_causal"), dict(qk="ginibre", period=5)):
         with pytest.raises(ValueError, match="device = .* use device = 'cpu'"):
             simulate_sphere_flow(rngs(2), n=3, d=3, **{**BASE, **options}, device=TORCH_CPU)
 
@@ -208,24 +216,3 @@ def test_importing_the_kernels_does_not_import_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-
-
-def test_start_normals_on_threads_are_numpys_numbers():
-    """blocks.start_normals on host threads (the GPU path's starts: a numba draw that lets go
-    of the GIL) gives each trajectory the normals numpy draws from its Generator, and leaves
-    each Generator where numpy's draw would."""
-    from tokensweep.kernels.blocks import start_normals
-
-    def generators():
-        return [np.random.default_rng([11, r]) for r in range(40)]
-
-    from tokensweep.kernels import blocks
-
-    n, d = 8, blocks.PARALLEL_DRAW_MIN // 8  # threads draw from this size on
-    one, many = generators(), generators()
-    z1 = start_normals(one, 3, 37, n, d)
-    z4 = start_normals(many, 3, 37, n, d, threads=4)
-    reference = generators()
-    expected = np.stack([reference[r].standard_normal((n, d)) for r in range(3, 37)])
-    assert np.array_equal(z1, expected) and np.array_equal(z4, expected)
-    assert [g.random() for g in many] == [g.random() for g in reference]

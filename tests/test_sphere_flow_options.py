@@ -40,8 +40,8 @@ BAD = {
     "unknown device": (spec(device="gpu"), "device: Input should be 'cpu' or 'cuda'"),
     "gpu with rk4": (spec(device="cuda", integrator="rk4"),
                      "integrator: got 'rk4', but device: cuda runs retraction Euler"),
-    "gpu with two heads": (spec(device="cuda", heads=2), "heads: got 2, but device: cuda"),
-    "gpu with a drawn value": (spec(device="cuda", value="goe"), "value: got 'goe', but device"),
+    "gpu with redrawn weights": (spec(device="cuda", qk="ginibre", period=10),
+                                 "period: got 10, but device: cuda"),
     "gpu with hardmax": (spec(device="cuda", attention="hardmax"), "attention: got 'hardmax'"),
     "gpu with noise": (spec(device="cuda", noise="common", grid={"sigma": [0.1]}), "noise: got"),
     "gpu with pre-LN": (spec(device="cuda", layer_norm="pre"), "layer_norm: got 'pre'"),
@@ -93,6 +93,9 @@ def test_device_reaches_the_kernel_only_when_cuda():
     sweep = parse_sweep(spec(device="cuda", attention="causal_usa", value="minus_identity",
                              precision="float32", rst_scaling=True, record=["gram"]))
     assert model.kernel_arguments(sweep, cell)["device"] == "cuda"
+    drawn = parse_sweep(spec(device="cuda", heads=2, qk="ginibre", value="qk",
+                             ensemble_scaling="authors"))  # [GLPR-P] Fig. 5's weights
+    assert model.kernel_arguments(drawn, cell)["device"] == "cuda"
     assert model.local_problem(parse_sweep(spec())) is None
 
 

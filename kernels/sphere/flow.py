@@ -246,12 +246,16 @@ def simulate_sphere_flow(rngs, *, x0=None, **options):
     device = options.device
     on_torch = not (isinstance(device, str) and device == "cpu")
     on_symmetric = run.fixed and symmetric.applies(steps.integrator, steps.par, run.heads)
-    if on_torch and not on_symmetric:
-        raise ValueError(f"device = {device!r} runs retraction Euler with SA / USA, Q = K = I, "
-                         "V = +-I, one head, beta >= 0, nothing time-varying, noisy or turning, "
-                         "post-LN: use device = 'cpu' for this configuration")
-    if on_symmetric:
-        work = _symmetric_work(run, out, states, device if on_torch else None)
+    if on_torch:
+        from tokensweep.kernels.sphere import gpu_general
+
+        if not (on_symmetric or gpu_general.covers(run)):
+            raise ValueError(f"device = {device!r} runs retraction Euler with SA / USA, weights "
+                             "fixed in time, nothing time-varying, noisy or turning, post-LN: use "
+                             "device = 'cpu' for this configuration")
+        work = _device_work(run, out, states, device, on_symmetric)
+    elif on_symmetric:
+        work = _symmetric_work(run, out, states)
     elif run.fixed:
         work = _fixed_work(run, out, states)
     else:
@@ -264,37 +268,47 @@ def simulate_sphere_flow(rngs, *, x0=None, **options):
                                 states)
 
 
-def _starts(run, threads):
-    """The block's starts: normals drawn here (`draw_start`'s), or the given ones; the GPU path
-    asks for a whole device batch, drawn on its `threads` host threads."""
+def _starts(run):
+    """The block's starts: normals drawn here (`draw_start`'s), or the given ones."""
     def starts(r0, r1):
-        return (start_normals(run.rngs, r0, r1, run.n, run.d, threads) if run.x0 is None
+        return (start_normals(run.rngs, r0, r1, run.n, run.d) if run.x0 is None
                 else run.x0[r0:r1].copy())
     return starts
 
 
-def _symmetric_work(run, out, states, device):
-    """Q = K = I, V = +-I, one head, Euler: the symmetric path (`sphere.symmetric`), or the same
-    trajectories on a torch device (`sphere.gpu`) where device is not None."""
+def _symmetric_work(run, out, states):
+    """Q = K = I, V = +-I, one head, Euler: the symmetric path (`sphere.symmetric`)."""
     s = run.steps
-    beta, kind, causal, v_code, log_scale0 = s.par[0], s.par[1], s.par[2], s.par[4], s.par[6]
-    par_t = (beta, kind == USA, causal, -1.0 if v_code == V_MINUS_IDENTITY else 1.0, log_scale0)
     reduce = symmetric.SPAN_REDUCTION and run.d > run.n
-    args = (s.h, s.layers, s.ckpt, s.times)
-    if device is not None:
-        from tokensweep.kernels.sphere import gpu
+    starts = _starts(run)
 
-        starts = _starts(run, run.threads)
+    def work(r0, r1):
+        symmetric.integrate_t(starts(r0, r1), r0, run.init, s.h, s.layers, s.ckpt, s.times,
+                              _device_par(s), s.delta, s.eps, out, states, run.proto, reduce)
+    return work
 
-        def work(r0, r1):  # one call: it batches the trajectories on the device itself
-            gpu.integrate(starts, len(run.rngs), run.n, run.d, run.init, *args, par_t, s.delta,
-                          s.eps, out, states, run.proto, reduce, device, run.threads)
-    else:
-        starts = _starts(run, 1)
 
-        def work(r0, r1):
-            symmetric.integrate_t(starts(r0, r1), r0, run.init, *args, par_t, s.delta, s.eps, out,
-                                  states, run.proto, reduce)
+def _device_par(steps):
+    """(beta, usa, causal, sign of V = +-I, log_scale0): the symmetric and device steps' par."""
+    p = steps.par
+    return p[0], p[1] == USA, p[2], -1.0 if p[4] == V_MINUS_IDENTITY else 1.0, p[6]
+
+
+def _device_work(run, out, states, device, on_symmetric):
+    """The run on a torch device (`sphere.gpu`): the symmetric step where it applies (in the
+    span of the start where d > n), else with general weights (`sphere.gpu_general`)."""
+    from tokensweep.kernels.sphere import gpu, gpu_general
+
+    s = run.steps
+    weights = None if on_symmetric else gpu_general.Weights(run.q, run.k, run.v, run.kinds,
+                                                            s.par[4] == V_GENERAL)
+    reduce = symmetric.SPAN_REDUCTION and run.d > run.n and on_symmetric
+    starts = gpu.device_starts(run.rngs, run.n, run.d, run.init, run.x0)
+
+    def work(r0, r1):  # one call: it batches the trajectories on the device itself
+        gpu.integrate(starts, len(run.rngs), run.n, run.d, s.h, s.layers, s.ckpt, s.times,
+                      _device_par(s), s.delta, s.eps, out, states, run.proto, reduce, device,
+                      run.threads, weights=weights)
     return work
 
 
@@ -306,7 +320,7 @@ def _fixed_work(run, out, states):
     qk_products(run.q, run.k, run.v, run.kinds[2], m)
     mats = (m, run.v, amp, omega, phase)
     steps = run.steps._replace(period=0, layer=(0, 0.0, 0, 0.0))
-    starts = _starts(run, 1)
+    starts = _starts(run)
     unused_rng = np.random.default_rng(0)  # never drawn from (`trajectories_from_normals`)
 
     def work(r0, r1):

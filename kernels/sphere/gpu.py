@@ -44,8 +44,10 @@ from .. import (
     observables,
     outcomes,
 )
-from ..ensembles import shape_start
-from .checkpoints import record
+from ..hemisphere import hemisphere_test
+from ..lowlevel.philox import blocks_for
+from . import gpu_general, gpu_outcomes, gpu_starts
+from .gpu_outcomes import HEMISPHERE_TOL
 
 NEEDS_CUDA = "device: cuda needs PyTorch with a CUDA GPU on the worker"
 BATCH_ELEMENTS = 1 << 24  # trajectories per device batch: B n max(n, m) at most this (128 MB)
@@ -132,7 +134,7 @@ class GraphStep:
     eager step, so the states are the same bits. For `x0` of a given shape and the step's
     arguments (its Python numbers are fixed in the graph)."""
 
-    def __init__(self, x0, *args):
+    def __init__(self, step, x0, *args):
         import torch
 
         self.x = x0.clone()
@@ -140,11 +142,11 @@ class GraphStep:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                euler_step(self.x, *args)  # a new tensor each time: x itself is not changed
+                step(self.x, *args)  # a new tensor each time: x itself is not changed
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.x.copy_(euler_step(self.x, *args))
+            self.x.copy_(step(self.x, *args))
 
     def __call__(self):
         self.graph.replay()
@@ -188,40 +190,42 @@ def span_basis(x):
 
 
 @njit(nogil=True, cache=True)
-def shape_starts(z, init, ok, out, r0):
-    """Shape each z[b] (n, d) into a start in place (`shape_start`), ok[b] its validity, and set
-    trajectory r0 + b's hemisphere direction (`observables.record_start`); an invalid start is
-    replaced by e_1 for every token, integrated and never recorded."""
+def record_starts(z, ok, out, r0):
+    """Trajectory r0 + b's hemisphere direction from its start z[b] (`observables.record_start`;
+    only where `hemisphere_margin` is recorded)."""
     for b in range(z.shape[0]):
-        ok[b] = shape_start(init, z[b])
         if ok[b]:
             observables.record_start(z[b], out, r0 + b)
-        else:
-            z[b] = 0.0
-            z[b, :, 0] = 1.0
 
 
 @njit(nogil=True, cache=True)
-def record_rows(xs, xa, alive, b0, b1, r0, c, beta, delta, eps, out, states, memo_v, memo_i):
-    """Checkpoint c of the batch's rows b0..b1-1 (trajectories r0 + b): xs (B, n, m) float64
-    states in the integration coordinates, xa (B, n, d) the ambient ones (or (0, n, d): xs is
-    ambient); a row that is not finite marks its trajectory dead (alive[b] = False) and records
-    nothing from then on. memo_v, memo_i: each trajectory's hemisphere memory (`memory(m)`)."""
+def host_rows(xs, xa, rows, undecided, k0, k1, r0, c, out, states, memo_v, memo_i):
+    """Checkpoint c's host part for the rows xs[k] (n, m) float64, k0 <= k < k1, of batch rows
+    rows[k] (trajectories r0 + rows[k]): in_hemisphere by Wolfe's algorithm where undecided[k]
+    (with the trajectory's memory memo_v, memo_i: `memory(m)`), and the recorded observables and
+    states where asked (xa (K, n, d): the ambient states, or (0, n, d): xs is ambient)."""
     n = xs.shape[1]
     g = np.empty((n, n))
-    for b in range(b0, b1):
-        if not alive[b]:
-            continue
-        x = xs[b]
-        if not np.all(np.isfinite(x)):
-            alive[b] = False
-            continue
+    observe = states.shape[1] > 0 or observables_recorded(out)
+    for k in range(k0, k1):
+        b = rows[k]
         r = r0 + b
-        record(x, beta, delta, eps, g, out, r, c, (memo_v[b], memo_i[b]))
-        ambient = xa[b] if xa.shape[0] > 0 else x
-        observables.record_observables(ambient, g, out, r, c)
-        if states.shape[1] > 0:
-            states[r, c] = ambient
+        x = xs[k]
+        if undecided[k]:
+            out.in_hemisphere[r, c] = hemisphere_test(x, HEMISPHERE_TOL, memo_v[b], memo_i[b])
+        if observe:
+            ambient = xa[k] if xa.shape[0] > 0 else x
+            outcomes.gram(x, g)
+            observables.record_observables(ambient, g, out, r, c)
+            if states.shape[1] > 0:
+                states[r, c] = ambient
+
+
+@njit(nogil=True, cache=True)
+def observables_recorded(out):
+    return (out.overlap_hist.shape[1] > 0 or out.gram.shape[1] > 0
+            or out.hemisphere_margin.shape[1] > 0 or out.consensus_error.shape[1] > 0
+            or out.consensus_error_abs.shape[1] > 0)
 
 
 @njit(nogil=True, cache=True)
@@ -260,15 +264,18 @@ class _Recorder:
                 pool.shutdown()
 
 
-def integrate(starts, ntraj, n, d, init, h, layers, ckpt, times, par, delta, eps, out, states,
-              proto, reduce, device, threads=1, batch=None):
-    """`sphere.symmetric.integrate_t`'s trajectories 0..ntraj-1 on a torch device.
+def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out, states, proto,
+              reduce, device, threads=1, batch=None, weights=None):
+    """`sphere.symmetric.integrate_t`'s configurations for trajectories 0..ntraj-1 on a torch
+    device, or with `weights` (`gpu_general.Weights`) those of `gpu_general`.
 
-    starts(r0, r1): (r1 - r0, n, d) float64, each trajectory's n*d standard normals (or given
-    starts, init = GIVEN); par: (beta, usa, causal, sign, log_scale0); proto: an array of the
-    working dtype; reduce: integrate in the span of the start (n < d); device: for
-    `torch_device`; threads: host threads recording; batch: trajectories per device batch
-    (default: B n max(n, m) <= BATCH_ELEMENTS). Fills out and states."""
+    starts(r0, r1, dev): (x (r1 - r0, n, d) float64, ok (r1 - r0,) bool, keys (r1 - r0, 2) int64
+    or None) on dev: the shaped starts and the trajectories' Philox keys (`device_starts`,
+    `host_starts`); par: (beta, usa, causal, sign, log_scale0); proto: an array of the working
+    dtype; reduce: integrate in the span of the start (n < d; not with weights); device: for
+    `torch_device`; threads: host threads for the host's part (`host_rows`); batch:
+    trajectories per device batch (default: what fits BATCH_ELEMENTS, `batch_size`). Fills
+    out and states."""
     import torch
 
     dev = torch_device(device)
@@ -276,54 +283,109 @@ def integrate(starts, ntraj, n, d, init, h, layers, ckpt, times, par, delta, eps
     dtype = torch.float32 if proto.dtype == np.float32 else torch.float64
     robust = needs_robust(usa, beta, n, log_scale0, dtype)
     ckpt = [int(k) for k in ckpt]
-    size = int(batch or max(1, BATCH_ELEMENTS // (n * max(n, n if reduce else d))))
+    size = int(batch or batch_size(n, d, reduce, weights))
     recorder = _Recorder(max(1, int(threads)))
     finished = []
     try:
         for r0 in range(0, ntraj, size):
-            z = starts(r0, min(ntraj, r0 + size))
-            alive = np.empty(z.shape[0], dtype=np.bool_)
-            shape_starts(z, init, alive, out, r0)
+            x64, ok, keys = starts(r0, min(ntraj, r0 + size), dev)
+            x64[~ok] = 0.0  # a degenerate start: e_1 for every token, integrated, never recorded
+            x64[~ok, :, 0] = 1.0
+            if out.hemisphere_margin.shape[1] > 0:
+                record_starts(x64.cpu().numpy(), ok.cpu().numpy(), out, r0)
+            if weights is None:
+                step = (euler_step, h, beta, usa, causal, sign, log_scale0, robust)
+            else:  # the matrices follow the start in each trajectory's stream
+                m, v = weights.draw(keys, blocks_for(n * d), dev)
+                step = (gpu_general.euler_step, m.to(dtype), None if v is None else v.to(dtype),
+                        sign, h, beta, usa, causal, log_scale0)
+            alive = _integrate_batch(torch, dev, dtype, x64, ok, r0, step, ckpt, par[0], delta,
+                                     eps, out, states, reduce and weights is None, recorder,
+                                     layers)
             finished.append((r0, alive))
-            _integrate_batch(torch, dev, dtype, z, alive, r0, h, layers, ckpt, par, delta, eps,
-                             out, states, reduce, robust, recorder)
     finally:
         recorder.close()
     for r0, alive in finished:
         finish_rows(alive, r0, out, times)
 
 
-def _integrate_batch(torch, dev, dtype, z, alive, r0, h, layers, ckpt, par, delta, eps, out,
-                     states, reduce, robust, recorder):
-    """One device batch: upload the starts, step, copy each checkpoint and hand it over."""
-    beta, usa, causal, sign, log_scale0 = par
-    rows, n, d = z.shape
-    x64 = torch.from_numpy(z).to(dev)
+def batch_size(n, d, reduce, weights):
+    """Trajectories per device batch: B times a trajectory's largest tensors <= BATCH_ELEMENTS
+    (B n max(n, m) for the symmetric step; with weights, its H (2 d^2 + n^2 + n d))."""
+    if weights is None:
+        per = n * max(n, n if reduce else d)
+    else:
+        per = weights.q.shape[0] * (2 * d * d + n * n + n * d)
+    return max(1, BATCH_ELEMENTS // per)
+
+
+def device_starts(rngs, n, d, init, x0=None):
+    """`integrate`'s starts and keys: the keys drawn from the Generators (`gpu_starts`), the
+    starts drawn from them on the device, or the given x0 (ntraj, n, d) uploaded."""
+    def starts(r0, r1, dev):
+        import torch
+
+        keys = torch.from_numpy(gpu_starts.generator_keys(rngs, r0, r1)).to(dev)
+        if x0 is None:
+            return (*gpu_starts.starts(keys, n, d, init), keys)
+        ok = torch.ones(r1 - r0, dtype=torch.bool, device=dev)
+        return torch.from_numpy(np.ascontiguousarray(x0[r0:r1])).to(dev), ok, keys
+    return starts
+
+
+def host_starts(arrays, init):
+    """`integrate`'s starts from the host: arrays(r0, r1) gives (r1 - r0, n, d) float64 normals,
+    shaped on the device (no keys: for runs without random weights)."""
+    def starts(r0, r1, dev):
+        import torch
+
+        z = torch.from_numpy(np.ascontiguousarray(arrays(r0, r1))).to(dev)
+        return (*gpu_starts.shape(z, init), None)
+    return starts
+
+
+def _integrate_batch(torch, dev, dtype, x64, ok, r0, step, ckpt, beta, delta, eps, out,
+                     states, reduce, recorder, layers):
+    """One device batch: step (the step function, then its arguments after the state), record
+    each checkpoint's outcomes on the device and hand the host its part; returns the rows still
+    finite at the end (numpy bool)."""
+    rows, n, d = x64.shape
     basis = None
     if reduce:  # orthonormal columns spanning the start's tokens: x = y basis^T
         basis = span_basis(x64)  # (B, d, n)
         x64 = torch.bmm(x64, basis)
     x = x64.to(dtype)
     m = x.shape[2]
+    found = gpu_outcomes.Outcomes(rows, len(ckpt), m, beta, delta, eps, dev)
+    observe = states.shape[1] > 0 or observables_recorded(out)
     ambient = reduce and (states.shape[1] > 0 or out.hemisphere_margin.shape[1] > 0)
     memo_v = np.zeros((rows, m))
     memo_i = np.zeros((rows, m + 3), dtype=np.int64)
     no_ambient = np.empty((0, n, d))
+    alive = ok.clone()
     c = 0
-    args = (h, beta, usa, causal, sign, log_scale0, robust)
-    graph = GraphStep(x, *args) if dev.type == "cuda" and USE_GRAPHS else None
+    step_fn, args = step[0], step[1:]
+    graph = GraphStep(step_fn, x, *args) if dev.type == "cuda" and USE_GRAPHS else None
     for s in range(layers):
-        x = graph() if graph is not None else euler_step(x, *args)
+        x = graph() if graph is not None else step_fn(x, *args)
         if c < len(ckpt) and s + 1 == ckpt[c]:
             xc = x.to(torch.float64)
-            xs = xc.cpu().numpy()
-            xa = torch.bmm(xc, basis.transpose(1, 2)).cpu().numpy() if ambient else no_ambient
+            alive &= torch.isfinite(xc).flatten(1).all(1)
+            undecided = alive & (found.record(xc, alive, c) == gpu_outcomes.UNDECIDED)
+            picked = torch.nonzero(alive if observe else undecided).flatten()
+            if picked.numel() > 0:  # the host's part: only these rows cross the bus
+                xs = xc[picked]
+                xa = (torch.bmm(xs, basis[picked].transpose(1, 2)).cpu().numpy() if ambient
+                      else no_ambient)
+                job_args = (xs.cpu().numpy(), xa, picked.cpu().numpy(),
+                            undecided[picked].cpu().numpy(), r0, c)
 
-            def job(b0, b1, xs=xs, xa=xa, c=c):
-                record_rows(xs, xa, alive, b0, b1, r0, c, float(beta), float(delta), float(eps),
-                            out, states, memo_v, memo_i)
-            recorder.submit(job, rows)
+                def job(b0, b1, a=job_args):  # batch rows b0..b1-1: one thread each, in order
+                    xs_, xa_, picked_, undecided_, r0_, c_ = a
+                    k0, k1 = np.searchsorted(picked_, (b0, b1))
+                    host_rows(xs_, xa_, picked_, undecided_, k0, k1, r0_, c_, out, states,
+                              memo_v, memo_i)
+                recorder.submit(job, rows)
             c += 1
-    final = torch.isfinite(x).flatten(1).all(1).cpu().numpy()
-    recorder.submit(lambda b0, b1: np.logical_and(alive[b0:b1], final[b0:b1], out=alive[b0:b1]),
-                    rows)
+    found.to_host(out, r0)
+    return alive.cpu().numpy()

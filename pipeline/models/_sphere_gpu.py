@@ -5,8 +5,8 @@ from __future__ import annotations
 
 __all__ = ["GPU_PATH", "gpu_refusal"]
 
-GPU_PATH = ("device: cuda runs retraction Euler with SA or USA, Q = K = I, V = +-I, one head, "
-            "beta >= 0, nothing time-varying, noisy or turning, post-LN")
+GPU_PATH = ("device: cuda runs retraction Euler with SA or USA, weights drawn once per "
+            "trajectory or given, any heads, nothing time-varying, noisy or turning, post-LN")
 
 
 def gpu_refusal(sweep):
@@ -19,11 +19,7 @@ def gpu_refusal(sweep):
         ("integrator", s.integrator, s.integrator != "euler", "set integrator: euler"),
         ("attention", s.attention, s.attention.endswith("hardmax"),
          "choose sa, usa, causal_sa or causal_usa"),
-        ("heads", s.heads, s.heads != 1, "set heads: 1"),
-        ("qk", s.qk, s.qk != "identity", "set qk: identity"),
-        ("value", s.value, s.value not in ("identity", "minus_identity"),
-         "set value: identity or minus_identity"),
-        ("matrices", sorted(s.matrices or ()), bool(s.matrices), "remove matrices"),
+        ("period", s.period, s.period != 0, "remove period (draw the weights once)"),
         ("time_varying", s.time_varying, s.time_varying is not None, "remove time_varying"),
         ("noise", s.noise, s.noise is not None, "remove noise and grid.sigma"),
         ("value_rotation", s.value_rotation, bool(s.value_rotation), "remove value_rotation"),

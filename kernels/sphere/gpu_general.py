@@ -1,0 +1,151 @@
+"""The sphere flow's GPU path with general weights (issue 26 item 2): random or given Q, K, V per
+trajectory and several heads, drawn and stepped on the device in PyTorch.
+
+Covers retraction Euler for SA / USA, causal or not, any heads, any `qk` / `value` ensemble
+(`ensembles`: ginibre, goe, wigner, wishart, value "qk") in either `ensemble_scaling`, given
+`matrices`, the [RST] 1/sqrt(d), post-LN, matrices fixed in time (period 0), no time-varying
+schedule, noise or turning value: what [GLPR-P] Fig. 5 and its variants need. (Q = K = I,
+V = +-I, one head runs `sphere.gpu.euler_step`, the symmetric step.)
+
+Draws: after its start's blocks (`gpu_starts`), a trajectory's Philox stream gives, in the order
+of `ensembles.draw_weights` (head 0, 1, ...: Q if drawn, K if drawn, V if drawn), each matrix's
+normals from the next unused block (`philox.fill`'s layout), shaped as `ensembles.draw_matrix`
+(G = normals / sqrt(d); GOE (G + G^T) / sqrt 2; Wigner: d(d+1)/2 normals over a <= b, row-major;
+Wishart G^T G), then M = Q^T K, V = M for "qk", and `ensembles.authors_scaling`'s factors.
+
+The step is `sphere.drift.euler_step`'s, batched (B trajectories, H heads): logits
+beta x_i^T M_h x_j minus each row's maximum (every exponential <= 1), causal keys masked, SA
+normalised by the row sums, USA scaled by e^{max - log n}; heads combined in log-scale; each
+token's scale put on the side of x_i + h e^{ls_i} inc_i where it is <= 1; a token whose
+increment is exactly 0 stays bitwise (V = +-I causal: token 1).
+"""
+
+import math
+
+from ..ensembles import AUTHORS, FIXED, GINIBRE, GOE, QK, WIGNER, WISHART
+from ..lowlevel.philox import blocks_for
+from . import gpu_starts
+from .drift import EULER, HARDMAX, TV_NONE
+from .norms import NORM_CODES
+
+
+def covers(run):
+    """Does this path cover the resolved run (`options.Run`)? Euler, not hardmax, nothing
+    time-varying, redrawn, noisy or turning, post-LN."""
+    s = run.steps
+    return (s.integrator == EULER and s.par[1] != HARDMAX and s.par[5] == TV_NONE
+            and s.par[7] == 0.0 and s.period == 0 and not run.tv[3] and s.layer[1] == 0.0
+            and s.layer[2] == NORM_CODES["post"])
+
+
+def normals_per_draw(kind, d):
+    return d * (d + 1) // 2 if kind == WIGNER else d * d
+
+
+def matrix(z, kind, d):
+    """`ensembles.draw_matrix` of normals z (B, count) float64: (B, d, d)."""
+    import torch
+
+    s = 1.0 / math.sqrt(d)
+    if kind == WIGNER:
+        a, b = torch.triu_indices(d, d, device=z.device)
+        out = torch.zeros(z.shape[0], d, d, dtype=z.dtype, device=z.device)
+        out[:, a, b] = s * z
+        out[:, b, a] = s * z
+        return out
+    g = z.view(-1, d, d) * s
+    if kind == GINIBRE:
+        return g
+    if kind == GOE:
+        return (g + g.transpose(1, 2)) * (1.0 / math.sqrt(2.0))
+    if kind == WISHART:
+        return torch.bmm(g.transpose(1, 2), g)
+    raise ValueError(f"ensemble code {kind} is not a matrix ensemble")
+
+
+class Weights:
+    """A run's weights: q, k, v (H, d, d) fixed parts (numpy), kinds (q_kind, k_kind, v_kind,
+    scaling) ensemble codes (`ensembles`); general_value False: V = +-I (no V is drawn or
+    multiplied). `draw` gives a batch's M = Q^T K and V on the device."""
+
+    def __init__(self, q, k, v, kinds, general_value):
+        self.q, self.k, self.v = q, k, v
+        self.q_kind, self.k_kind, self.v_kind, self.scaling = (int(c) for c in kinds)
+        self.general_value = bool(general_value)
+
+    def draw(self, keys, first, device):
+        """(m, v), each (B, H, d, d) float64 on device (v None: V = +-I): trajectory b's from
+        keys[b] (a (B, 2) int64 tensor), its matrices from block `first` on; fixed ones
+        broadcast (not copied)."""
+        import torch
+
+        heads, d = self.q.shape[0], self.q.shape[1]
+        batch = keys.shape[0]
+        fixed = {name: torch.from_numpy(getattr(self, name)).to(device) for name in "qkv"}
+        mats = {name: [] for name in "qkv"}
+        block = first
+        for h in range(heads):
+            for name, kind in (("q", self.q_kind), ("k", self.k_kind), ("v", self.v_kind)):
+                if kind in (FIXED, QK):
+                    mats[name].append(fixed[name][h].expand(batch, d, d))
+                    continue
+                count = normals_per_draw(kind, d)
+                mats[name].append(matrix(gpu_starts.normals(keys, count, block), kind, d))
+                block += blocks_for(count)
+        q, k, v = (torch.stack(mats[name], dim=1) for name in "qkv")
+        m = torch.matmul(q.transpose(2, 3), k)
+        if self.v_kind == QK:
+            v = m
+        if self.scaling == AUTHORS:  # `ensembles.authors_scaling`
+            r = math.sqrt(d)
+            norm_v = math.sqrt(d + 1.0) if self.k_kind == GOE else r
+            if self.k_kind != FIXED:
+                m = m * r
+                if self.v_kind == QK:
+                    v = m.transpose(2, 3) / norm_v
+            if self.v_kind not in (FIXED, QK):
+                v = v * r
+        return m, (v if self.general_value else None)
+
+
+def euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0):
+    """One retraction-Euler step of a batch x (B, n, d) with M = Q^T K per trajectory and head
+    (B, H, d, d) and V likewise, or v None: V = sign I exactly (then token 1 stays when causal).
+    Returns the new state (x itself is not changed)."""
+    import torch
+
+    n = x.shape[1]
+    heads = m.shape[1]
+    xh = x[:, None]  # (B, 1, n, d)
+    logits = torch.matmul(torch.matmul(xh, m), xh.transpose(2, 3)).mul_(beta)  # (B, H, n, n)
+    if causal:
+        mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu_(1)
+        logits = logits.masked_fill_(mask, -math.inf)
+    top = logits.amax(3, keepdim=True)  # (B, H, n, 1)
+    e = logits.sub_(top).exp_()
+    a = torch.matmul(e, xh)  # (B, H, n, d)
+    if usa:
+        lsh = top[..., 0] + (log_scale0 - math.log(n))  # (B, H, n)
+    else:
+        a = a / e.sum(3, keepdim=True)
+        lsh = torch.full(top.shape[:3], log_scale0, dtype=x.dtype, device=x.device)
+    if v is not None:
+        a = torch.matmul(a, v.transpose(2, 3))  # V_h a_i in rows
+    elif sign < 0.0:
+        a = -a
+    ls = lsh.amax(1)  # (B, n): heads combined in log-scale
+    f = (torch.exp(lsh - ls[:, None])[..., None] * a).sum(1) if heads > 1 else a[:, 0]
+    dot = (x * f).sum(2, keepdim=True)
+    inc = f - dot * x
+    ls = ls[..., None]
+    fx = torch.exp(-ls.clamp(min=0.0))
+    fa = h * torch.exp(ls.clamp(max=0.0))
+    y = fx * x + fa * inc
+    norm2 = (y * y).sum(2, keepdim=True)
+    tiny = torch.finfo(x.dtype).tiny
+    y = torch.where(norm2 >= tiny, y, y / y.abs().amax(2, keepdim=True))
+    y = y * torch.linalg.vector_norm(y, dim=2, keepdim=True).reciprocal()
+    still = (inc == 0).all(2, keepdim=True)  # an exactly zero increment: the token stays bitwise
+    if causal and v is None:
+        still[:, 0] = True
+    return torch.where(still, x, y)
