@@ -102,6 +102,15 @@ def test_trajectories_match_the_numba_kernel_given_the_same_draws(case):
             np.testing.assert_array_equal(gpu[name][r], cpu[name][0], err_msg=name)
 
 
+def assert_same_law(a, b):
+    """The final overlap_min, energy and frac_close of two runs agree in mean within 4
+    standard errors of the difference."""
+    for name in ("overlap_min", "energy", "frac_close"):
+        u, w = a[name][:, -1], b[name][:, -1]
+        se = math.sqrt(u.var(ddof=1) / len(u) + w.var(ddof=1) / len(w))
+        assert abs(u.mean() - w.mean()) < 4 * se + 1e-12, (name, u.mean(), w.mean(), se)
+
+
 @pytest.mark.parametrize("qk,value", [("ginibre", "ginibre"), ("wigner", "qk")])
 def test_the_device_ensembles_have_the_cpu_ensembles_statistics(qk, value):
     """Different streams, the same law: the final overlap_min, energy and frac_close of the
@@ -110,7 +119,37 @@ def test_the_device_ensembles_have_the_cpu_ensembles_statistics(qk, value):
     kw = {**BASE, "qk": qk, "value": value, "beta": 1.0, "d": 3}
     gpu = simulate_sphere_flow(rngs(count, 7), device=TORCH_CPU, **kw)
     cpu = simulate_sphere_flow(rngs(count, 8), **kw)
-    for name in ("overlap_min", "energy", "frac_close"):
-        a, b = gpu[name][:, -1], cpu[name][:, -1]
-        se = math.sqrt(a.var(ddof=1) / count + b.var(ddof=1) / count)
-        assert abs(a.mean() - b.mean()) < 4 * se + 1e-12, (name, a.mean(), b.mean(), se)
+    assert_same_law(gpu, cpu)
+
+
+def test_one_noisy_token_is_the_discrete_brownian_motion_of_the_scheme():
+    """n = 1, V = I: no drift, so x_{k+1} = N(x_k + s P xi), s = sigma sqrt(h), and
+    E[<x_{k+1}, x_0> | x_k] = <x_k, x_0> E[(1 + s^2 chi^2_{d-1})^{-1/2}]: E <x_T, x_0> is that
+    factor to the power L exactly (-> e^{-(d-1) sigma^2 T / 2} as h -> 0). 4 standard errors."""
+    from scipy import integrate, stats
+
+    count, d, sigma, layers = 4000, 3, 0.5, 50
+    kw = dict(n=1, d=d, beta=1.0, T=1.0, layers=layers, checkpoint_layers=[layers],
+              noise="independent", sigma=sigma, return_states=True)
+    out = simulate_sphere_flow(rngs(count, 3), device=TORCH_CPU, **kw)
+    x0 = gpu_starts.starts_on_host(rngs(count, 3), 1, d, INIT_CODES["uniform_sphere"])
+    overlap = np.einsum("rk,rk->r", out["states"][:, -1, 0], x0[:, 0])
+    s2 = sigma ** 2 / layers
+    factor = integrate.quad(lambda x: (1 + s2 * x) ** -0.5 * stats.chi2.pdf(x, d - 1), 0, np.inf)[0]
+    se = overlap.std(ddof=1) / math.sqrt(count)
+    assert abs(overlap.mean() - factor ** layers) < 4 * se
+
+
+@pytest.mark.parametrize("noise", ["independent", "common"])
+def test_noisy_runs_have_the_cpu_statistics_and_ignore_the_batch(noise, monkeypatch):
+    from tokensweep.kernels.sphere import gpu
+
+    count = 300
+    kw = {**BASE, "beta": 1.0, "d": 3, "noise": noise, "sigma": 0.3}
+    dev = simulate_sphere_flow(rngs(count, 7), device=TORCH_CPU, **kw)
+    cpu = simulate_sphere_flow(rngs(count, 8), **kw)
+    assert_same_law(dev, cpu)
+    monkeypatch.setattr(gpu, "BATCH_ELEMENTS", 7 * (2 * 9 + 25 + 15))  # batches of 7 (batch_size)
+    split = simulate_sphere_flow(rngs(count, 7), device=TORCH_CPU, **kw)
+    for name in dev:
+        np.testing.assert_array_equal(split[name], dev[name], err_msg=name)

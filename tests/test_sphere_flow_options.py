@@ -43,7 +43,6 @@ BAD = {
     "gpu with redrawn weights": (spec(device="cuda", qk="ginibre", period=10),
                                  "period: got 10, but device: cuda"),
     "gpu with hardmax": (spec(device="cuda", attention="hardmax"), "attention: got 'hardmax'"),
-    "gpu with noise": (spec(device="cuda", noise="common", grid={"sigma": [0.1]}), "noise: got"),
     "gpu with pre-LN": (spec(device="cuda", layer_norm="pre"), "layer_norm: got 'pre'"),
     "gpu with a time-varying P": (spec(device="cuda", time_varying="rst_random_frequencies"),
                                   "time_varying: got"),

@@ -250,9 +250,9 @@ def simulate_sphere_flow(rngs, *, x0=None, **options):
         from tokensweep.kernels.sphere import gpu_general
 
         if not (on_symmetric or gpu_general.covers(run)):
-            raise ValueError(f"device = {device!r} runs retraction Euler with SA / USA, weights "
-                             "fixed in time, nothing time-varying, noisy or turning, post-LN: use "
-                             "device = 'cpu' for this configuration")
+            raise ValueError(f"device = {device!r} runs retraction Euler (with or without noise) "
+                             "with SA / USA, weights fixed in time, nothing time-varying or "
+                             "turning, post-LN: use device = 'cpu' for this configuration")
         work = _device_work(run, out, states, device, on_symmetric)
     elif on_symmetric:
         work = _symmetric_work(run, out, states)
@@ -300,6 +300,7 @@ def _device_work(run, out, states, device, on_symmetric):
     from tokensweep.kernels.sphere import gpu, gpu_general
 
     s = run.steps
+    noise = s.layer[:2]  # (mode, sigma): the symmetric step has none (`run.fixed`)
     weights = None if on_symmetric else gpu_general.Weights(run.q, run.k, run.v, run.kinds,
                                                             s.par[4] == V_GENERAL)
     reduce = symmetric.SPAN_REDUCTION and run.d > run.n and on_symmetric
@@ -308,7 +309,7 @@ def _device_work(run, out, states, device, on_symmetric):
     def work(r0, r1):  # one call: it batches the trajectories on the device itself
         gpu.integrate(starts, len(run.rngs), run.n, run.d, s.h, s.layers, s.ckpt, s.times,
                       _device_par(s), s.delta, s.eps, out, states, run.proto, reduce, device,
-                      run.threads, weights=weights)
+                      run.threads, weights=weights, noise=noise)
     return work
 
 

@@ -265,7 +265,7 @@ class _Recorder:
 
 
 def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out, states, proto,
-              reduce, device, threads=1, batch=None, weights=None):
+              reduce, device, threads=1, batch=None, weights=None, noise=(0, 0.0)):
     """`sphere.symmetric.integrate_t`'s configurations for trajectories 0..ntraj-1 on a torch
     device, or with `weights` (`gpu_general.Weights`) those of `gpu_general`.
 
@@ -274,8 +274,9 @@ def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out,
     `host_starts`); par: (beta, usa, causal, sign, log_scale0); proto: an array of the working
     dtype; reduce: integrate in the span of the start (n < d; not with weights); device: for
     `torch_device`; threads: host threads for the host's part (`host_rows`); batch:
-    trajectories per device batch (default: what fits BATCH_ELEMENTS, `batch_size`). Fills
-    out and states."""
+    trajectories per device batch (default: what fits BATCH_ELEMENTS, `batch_size`); noise:
+    (mode, sigma) of `sphere.noise` (sigma > 0 needs weights: the projected Euler-Maruyama
+    step `gpu_general.noisy_euler_step`). Fills out and states."""
     import torch
 
     dev = torch_device(device)
@@ -293,15 +294,19 @@ def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out,
             x64[~ok, :, 0] = 1.0
             if out.hemisphere_margin.shape[1] > 0:
                 record_starts(x64.cpu().numpy(), ok.cpu().numpy(), out, r0)
+            brownian = None
             if weights is None:
                 step = (euler_step, h, beta, usa, causal, sign, log_scale0, robust)
-            else:  # the matrices follow the start in each trajectory's stream
-                m, v = weights.draw(keys, blocks_for(n * d), dev)
+            else:  # the matrices, then the noise, follow the start in each trajectory's stream
+                m, v, block = weights.draw(keys, blocks_for(n * d), dev)
                 step = (gpu_general.euler_step, m.to(dtype), None if v is None else v.to(dtype),
                         sign, h, beta, usa, causal, log_scale0)
+                if noise[1] > 0.0:
+                    brownian = gpu_general.Noise(keys, n, d, *noise, block, dtype)
+                    step = (gpu_general.noisy_euler_step, *step[1:], brownian)
             alive = _integrate_batch(torch, dev, dtype, x64, ok, r0, step, ckpt, par[0], delta,
                                      eps, out, states, reduce and weights is None, recorder,
-                                     layers)
+                                     layers, brownian)
             finished.append((r0, alive))
     finally:
         recorder.close()
@@ -345,10 +350,10 @@ def host_starts(arrays, init):
 
 
 def _integrate_batch(torch, dev, dtype, x64, ok, r0, step, ckpt, beta, delta, eps, out,
-                     states, reduce, recorder, layers):
+                     states, reduce, recorder, layers, noise):
     """One device batch: step (the step function, then its arguments after the state), record
     each checkpoint's outcomes on the device and hand the host its part; returns the rows still
-    finite at the end (numpy bool)."""
+    finite at the end (numpy bool). noise: the step's `gpu_general.Noise` or None."""
     rows, n, d = x64.shape
     basis = None
     if reduce:  # orthonormal columns spanning the start's tokens: x = y basis^T
@@ -366,6 +371,8 @@ def _integrate_batch(torch, dev, dtype, x64, ok, r0, step, ckpt, beta, delta, ep
     c = 0
     step_fn, args = step[0], step[1:]
     graph = GraphStep(step_fn, x, *args) if dev.type == "cuda" and USE_GRAPHS else None
+    if noise is not None:
+        noise.restart()  # the graph's warm-up steps drew
     for s in range(layers):
         x = graph() if graph is not None else step_fn(x, *args)
         if c < len(ckpt) and s + 1 == ckpt[c]:

@@ -26,15 +26,16 @@ from ..ensembles import AUTHORS, FIXED, GINIBRE, GOE, QK, WIGNER, WISHART
 from ..lowlevel.philox import blocks_for
 from . import gpu_starts
 from .drift import EULER, HARDMAX, TV_NONE
+from .noise import INDEPENDENT
 from .norms import NORM_CODES
 
 
 def covers(run):
-    """Does this path cover the resolved run (`options.Run`)? Euler, not hardmax, nothing
-    time-varying, redrawn, noisy or turning, post-LN."""
+    """Does this path cover the resolved run (`options.Run`)? Euler (with or without noise),
+    not hardmax, nothing time-varying, redrawn or turning, post-LN."""
     s = run.steps
     return (s.integrator == EULER and s.par[1] != HARDMAX and s.par[5] == TV_NONE
-            and s.par[7] == 0.0 and s.period == 0 and not run.tv[3] and s.layer[1] == 0.0
+            and s.par[7] == 0.0 and s.period == 0 and not run.tv[3]
             and s.layer[2] == NORM_CODES["post"])
 
 
@@ -74,9 +75,9 @@ class Weights:
         self.general_value = bool(general_value)
 
     def draw(self, keys, first, device):
-        """(m, v), each (B, H, d, d) float64 on device (v None: V = +-I): trajectory b's from
-        keys[b] (a (B, 2) int64 tensor), its matrices from block `first` on; fixed ones
-        broadcast (not copied)."""
+        """(m, v, next), m and v (B, H, d, d) float64 on device (v None: V = +-I): trajectory
+        b's from keys[b] (a (B, 2) int64 tensor), its matrices from block `first` on, `next`
+        the first block they leave unused; fixed ones broadcast (not copied)."""
         import torch
 
         heads, d = self.q.shape[0], self.q.shape[1]
@@ -105,13 +106,13 @@ class Weights:
                     v = m.transpose(2, 3) / norm_v
             if self.v_kind not in (FIXED, QK):
                 v = v * r
-        return m, (v if self.general_value else None)
+        return m, (v if self.general_value else None), block
 
 
-def euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0):
-    """One retraction-Euler step of a batch x (B, n, d) with M = Q^T K per trajectory and head
-    (B, H, d, d) and V likewise, or v None: V = sign I exactly (then token 1 stays when causal).
-    Returns the new state (x itself is not changed)."""
+def drift(x, m, v, sign, beta, usa, causal, log_scale0):
+    """(inc, ls): the tangent drift of a batch x (B, n, d) as e^{ls_i} inc_i, inc (B, n, d),
+    ls (B, n, 1) (`sphere.drift.drift`), with M = Q^T K per trajectory and head (B, H, d, d)
+    and V likewise, or v None: V = sign I exactly (then token 1's inc is 0 when causal)."""
     import torch
 
     n = x.shape[1]
@@ -135,10 +136,19 @@ def euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0):
         a = -a
     ls = lsh.amax(1)  # (B, n): heads combined in log-scale
     f = (torch.exp(lsh - ls[:, None])[..., None] * a).sum(1) if heads > 1 else a[:, 0]
-    dot = (x * f).sum(2, keepdim=True)
-    inc = f - dot * x
-    ls = ls[..., None]
-    fx = torch.exp(-ls.clamp(min=0.0))
+    inc = f - (x * f).sum(2, keepdim=True) * x
+    if causal and v is None:  # V = +-I: A_1 = +-x_1, token 1 does not move at all
+        inc[:, 0] = 0.0
+    return inc, ls[..., None]
+
+
+def euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0):
+    """One retraction-Euler step of a batch x (B, n, d) (`drift`'s arguments); returns the new
+    state (x itself is not changed)."""
+    import torch
+
+    inc, ls = drift(x, m, v, sign, beta, usa, causal, log_scale0)
+    fx = torch.exp(-ls.clamp(min=0.0))  # the scale e^{ls} on the side where it is <= 1
     fa = h * torch.exp(ls.clamp(max=0.0))
     y = fx * x + fa * inc
     norm2 = (y * y).sum(2, keepdim=True)
@@ -146,6 +156,42 @@ def euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0):
     y = torch.where(norm2 >= tiny, y, y / y.abs().amax(2, keepdim=True))
     y = y * torch.linalg.vector_norm(y, dim=2, keepdim=True).reciprocal()
     still = (inc == 0).all(2, keepdim=True)  # an exactly zero increment: the token stays bitwise
-    if causal and v is None:
-        still[:, 0] = True
     return torch.where(still, x, y)
+
+
+class Noise:
+    """The Brownian increments of `sphere.noise` from each trajectory's Philox stream: at step s,
+    n d normals (independent, row-major) or d (common: one xi for every token) from block
+    first + s blocks_for(count) on. `block` is a device tensor advanced by each draw, so a step
+    replayed from a CUDA graph draws the next step's numbers."""
+
+    def __init__(self, keys, n, d, mode, sigma, first, dtype):
+        import torch
+
+        self.keys, self.n, self.d, self.sigma, self.dtype = keys, n, d, float(sigma), dtype
+        self.count = n * d if mode == INDEPENDENT else d
+        self.first = first
+        self.block = torch.full((), first, dtype=torch.int64, device=keys.device)
+
+    def restart(self):
+        self.block.fill_(self.first)
+
+    def draw(self):
+        z = gpu_starts.normals(self.keys, self.count, self.block).to(self.dtype)
+        self.block.add_(blocks_for(self.count))
+        return z.view(z.shape[0], -1, self.d)  # (B, n, d) or (B, 1, d)
+
+
+def noisy_euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0, noise):
+    """`sphere.noise.noisy_euler_step` of a batch: x <- N(x + h F + sigma sqrt(h) P_x xi), F the
+    drift e^{ls} inc (`drift`'s arguments), xi from `noise` (a `Noise`); a token whose |y|^2 is
+    0, below the dtype's tiny or not finite turns NaN (its trajectory stops, as on the CPU)."""
+    import torch
+
+    inc, ls = drift(x, m, v, sign, beta, usa, causal, log_scale0)
+    xi = noise.draw()
+    y = x + h * torch.exp(ls) * inc + (noise.sigma * math.sqrt(h)) * (
+        xi - (x * xi).sum(2, keepdim=True) * x)
+    norm2 = (y * y).sum(2, keepdim=True)
+    ok = (norm2 >= torch.finfo(x.dtype).tiny) & torch.isfinite(norm2)
+    return torch.where(ok, y * norm2.rsqrt(), math.nan)

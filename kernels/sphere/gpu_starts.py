@@ -73,11 +73,13 @@ def philox(c0, c1, c2, c3, k0, k1):
 
 
 def normals(keys, count, first=0):
-    """(B, count) float64 on keys' device: `philox.normals_numpy(keys[b], 0, first, count)`."""
+    """(B, count) float64 on keys' device: `philox.normals_numpy(keys[b], 0, first, count)`;
+    first: an int or a 0-d int64 tensor on that device (read when the kernels run: a CUDA
+    graph that captured this call draws from its current value)."""
     import torch
 
     blocks = (count + 1) // 2
-    index = torch.arange(first, first + blocks, dtype=torch.int64, device=keys.device)[None, :]
+    index = (torch.arange(blocks, dtype=torch.int64, device=keys.device) + first)[None, :]
     zero = torch.zeros((), dtype=torch.int64, device=keys.device)
     w0, w1, w2, w3 = philox(index & M32, index >> 32, zero, zero, keys[:, :1], keys[:, 1:])
     u1 = ((w0 >> 5) * (1 << 26) + (w1 >> 6) + 1).to(torch.float64) * INV53  # (0, 1]
