@@ -165,3 +165,64 @@ def test_hybrid_model_on_the_device():
     calm = simulate_hybrid_cuda(KEY, range(4), **dict(kw, sigma=0.0))
     assert np.all(calm["overlap_min"][:, 1] > calm["overlap_min"][:, 0])
     assert not np.array_equal(calm["overlap_min"], full["overlap_min"])
+
+
+RECORD = ("overlap_hist", "gram", "hemisphere_margin", "consensus_error", "consensus_error_abs",
+          "energy", "states")
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_recorded_observables_agree_with_the_states_and_outcomes(target):
+    """Every observable from the device build (simulator) and the host build, against what the
+    recorded states say: gram = X X^T, the extremes of its pairs are overlap_min / max, the
+    histogram counts the pairs, consensus errors and energy (`sphere.checkpoints.energy`) from
+    gram, hemisphere_margin = min_i <x_i, v> about the start's own direction v (computed from
+    the start's Philox normals, as the host does for the kernel)."""
+    from tokensweep.kernels import observables
+    from tokensweep.kernels.sphere.checkpoints import energy
+
+    n, d, bins = 3, 4, 7
+    kw = dict(TINY, n=n, d=d, attention="usa", beta=1.5, eps=0.2)
+    out = simulate_stochastic_cuda(KEY, [0, 5, 9], record=RECORD, record_bins=bins,
+                                   target=target, **kw)
+    x, g = out["states"], out["gram"]
+    np.testing.assert_allclose(np.einsum("rcik,rcjk->rcij", x, x), g, rtol=0, atol=1e-13)
+    i, j = np.triu_indices(n, 1)
+    np.testing.assert_array_equal(g[..., i, j].min(-1), out["overlap_min"])
+    np.testing.assert_array_equal(g[..., i, j].max(-1), out["overlap_max"])
+    assert np.all(out["overlap_hist"].sum(-1) == n * (n - 1) // 2)
+    np.testing.assert_allclose(out["consensus_error"], 1 - g[..., 0, :].sum(-1) / n, atol=1e-14)
+    np.testing.assert_allclose(out["consensus_error_abs"], 1 - np.abs(g[..., 0, :]).sum(-1) / n,
+                               atol=1e-14)
+    for r in range(3):
+        for c in range(2):
+            np.testing.assert_allclose(out["energy"][r, c], energy(g[r, c].copy(), 1.5), rtol=1e-13)
+    for r, traj in enumerate([0, 5, 9]):
+        start = philox.normals_numpy(KEY, traj, 0, n * d).reshape(n, d)
+        start /= np.linalg.norm(start, axis=1, keepdims=True)
+        v = np.empty(d)
+        observables.start_direction(start, v)
+        np.testing.assert_allclose(out["hemisphere_margin"][r], (x[r] @ v).min(-1), atol=1e-13)
+
+
+def test_given_direction_and_early_stop_carry_the_observables():
+    """A given direction is used as it is (normalised); after an early stop every observable
+    repeats the resolved checkpoint's value, as the CPU kernels' `carry_observables`."""
+    v = np.array([1.0, 2.0, 0.0])
+    kw = dict(TINY, beta=4.0, layers=12, checkpoint_layers=[3, 6, 9, 12], eps=0.3)
+    out = simulate_stochastic_cuda(KEY, range(4), stop_when_resolved=True, resolved_window=2,
+                                   record=RECORD, direction=v, target="cpu", **kw)
+    x = out["states"]
+    np.testing.assert_allclose(out["hemisphere_margin"], (x @ (v / np.sqrt(5))).min(-1),
+                               atol=1e-13)
+    cls = out["cluster_class"]
+    stopped = 0
+    for r in range(4):
+        stop = next((c for c in range(1, 4) if cls[r, c] != 0 and cls[r, c] == cls[r, c - 1]), None)
+        if stop is None:
+            continue
+        stopped += 1
+        for name in RECORD:
+            later = out[name][r, stop:]
+            np.testing.assert_array_equal(later, np.broadcast_to(later[0], later.shape), err_msg=name)
+    assert stopped > 0

@@ -53,25 +53,30 @@ def test_a_cuda_spec_runs_spec_to_report_in_the_simulator(prefect_server, tmp_pa
     assert json.loads(cube.attrs[SPEC_ATTR])["device"] == "cuda"
 
 
-@pytest.mark.parametrize("model", ["stochastic_transformer", "hybrid"])
-def test_a_cuda_partition_runs_the_device_kernel_for_its_cell_and_trajectories(model):
+@pytest.mark.parametrize("model,record", [("stochastic_transformer", ()), ("hybrid", ()),
+                                          ("stochastic_transformer", ("gram", "energy")),
+                                          ("hybrid", ("overlap_hist",))])
+def test_a_cuda_partition_runs_the_device_kernel_for_its_cell_and_trajectories(model, record):
     """A partition of a cuda spec (second block of trajectories, 3..5) in this process: the
-    device kernel's numbers for the cell's key and those trajectory indices."""
+    device kernel's numbers for the cell's key and those trajectory indices, with the
+    observables the spec records."""
     from tokensweep.kernels.stochastic.cuda import simulate_hybrid_cuda
     from tokensweep.pipeline.execute import simulate_partition
     from tokensweep.pipeline.plan import Plan
 
     grid = {**CUDA["grid"], "sigma": [0.7]} if model == "hybrid" else CUDA["grid"]
-    sweep = parse_sweep({**CUDA, "model": model, "grid": grid, "trajectories": 6, "partition_traj": 3})
+    sweep = parse_sweep({**CUDA, "model": model, "grid": grid, "trajectories": 6, "partition_traj": 3,
+                         **({"record": list(record)} if record else {})})
     plan = Plan(sweep)
     part = plan[1]
     assert (part.traj_start, part.traj_stop) == (3, 6)
     coords = plan.coords(part)
     key = device_key(11, cell_key(coords))
-    kw = dict(n=2, d=3, beta=2.0, T=2.0, layers=10, checkpoint_layers=[5, 10])
+    kw = dict(n=2, d=3, beta=2.0, T=2.0, layers=10, checkpoint_layers=[5, 10], record=record)
     want = (simulate_hybrid_cuda(key, [3, 4, 5], sigma=0.7, **kw) if model == "hybrid"
             else simulate_stochastic_cuda(key, [3, 4, 5], **kw))
     got = simulate_partition(sweep, part, plan)
+    assert set(record) <= set(want)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
 
@@ -81,7 +86,7 @@ def test_device_is_part_of_the_spec_and_cpu_specs_stay_as_they_were():
     plain = parse_sweep({k: v for k, v in CUDA.items() if k != "device"})
     assert "device" not in cpu.model_dump() and cpu.canonical() == plain.canonical()
     assert spec_differences(cpu, parse_sweep(CUDA)) == ["device: None -> 'cuda'"]
-    for field, value in (("scheme", "sde"), ("qk", "goe"), ("record", ["gram"])):
+    for field, value in (("scheme", "sde"), ("qk", "goe")):
         with pytest.raises(SpecError, match=f"^{field}: .*set device: cpu"):
             parse_sweep({**CUDA, field: value})
     with pytest.raises(SpecError, match="^device: 'cuda' runs n from 1 to 32"):

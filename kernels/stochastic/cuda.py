@@ -18,8 +18,10 @@ GPU. `device_ready()` says whether a launch can run here (a GPU, or the simulato
 Sizes: n from 1 to MAX_TOKENS, d from 2 to MAX_DIM (local arrays have compile-time shapes: one
 kernel per size class, n and d rounded up to powers of two, `cuda_kernel.capacity`). Options:
 attention sa / usa / causal_sa, noise gaussian / literal, value laws gaussian / rademacher /
-uniform (literal noise), early stopping. Not on the device: Q, K other than the identity, scheme
-sde, recorded observables, given starts (the spec refuses them with `device: cuda`).
+uniform (literal noise), early stopping, the recorded observables (`device_observables`; a
+hemisphere direction from the start is computed on the host from the start's Philox normals).
+Not on the device: Q, K other than the identity, scheme sde, given starts (the spec refuses
+them with `device: cuda`).
 """
 
 from __future__ import annotations
@@ -71,37 +73,58 @@ def _cpu_loop():
     trajectory = parts.trajectory
 
     def loop(n, d, att, noise, law, k0, k1, trajs, beta, s, h, sqrt_h, layers, ckpt, times, eps,
-             window, omin, omax, cls, ncl, thit, nonfin):
+             window, omin, omax, cls, ncl, thit, nonfin, hist, gram, margin, towards, cons,
+             cons_abs, energies, states):
         size = max(n * d, d * d) + 1
         for r in range(trajs.shape[0]):
             trajectory(np.empty((n, d)), np.empty((n, d)), np.empty((n, d)), np.empty((n, n)),
                        np.zeros((n, n)), np.empty(size), np.empty(n), np.empty(n, np.int64),
                        n, d, att, noise, law, k0, k1, trajs[r], beta, s, h, sqrt_h, layers, ckpt,
-                       times, eps, window, omin, omax, cls, ncl, thit, nonfin, r)
+                       times, eps, window, omin, omax, cls, ncl, thit, nonfin, hist, gram,
+                       margin, towards, cons, cons_abs, energies, states, r)
 
     return njit(loop)
 
 
-def _missing_outputs(ntraj: int, nt: int) -> dict:
-    """The outputs (vocabulary.STOCHASTIC_OUTPUTS), each filled with its missing value."""
-    out = {}
-    for name, spec in vocabulary.STOCHASTIC_OUTPUTS.items():
-        shape = (ntraj, nt) if spec.per_checkpoint else (ntraj,)
-        out[name] = np.full(shape, spec.missing, dtype=spec.dtype)
-    return out
+# the record's arrays in the kernels' argument order: outputs, then the observables
+KERNEL_ARRAYS = ("overlap_min", "overlap_max", "cluster_class", "n_clusters", "t_hit", "nonfinite",
+                 "overlap_hist", "gram", "hemisphere_margin", "direction", "consensus_error",
+                 "consensus_error_abs", "energy")
+
+
+def start_directions(key, trajs, n, d, out):
+    """Each trajectory's hemisphere direction from its start (`observables.start_direction`),
+    where hemisphere_margin is recorded about no given direction: the start's normals by the
+    numpy Philox (`philox.normals_numpy`: the device's numbers, to rounding), normalised."""
+    from .. import observables
+    from ..lowlevel.philox import normals_numpy
+
+    if out.hemisphere_margin.shape[1] == 0:
+        return
+    for r, traj in enumerate(trajs):
+        if np.isnan(out.direction[r, 0]):
+            x = normals_numpy(key, int(traj), 0, n * d).reshape(n, d)
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            observables.start_direction(x, out.direction[r])
 
 
 def simulate_stochastic_cuda(key, trajectories, *, n, d, beta, value_std=1.0, T, layers,
                              checkpoint_layers, attention="sa", noise="gaussian",
                              value_law="gaussian", eps=1e-3, stop_when_resolved=False,
-                             resolved_window=2, target="cuda"):
+                             resolved_window=2, record=(),
+                             record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None,
+                             target="cuda"):
     """Outputs of trajectories `trajectories` (int indices, the Philox counter's) of one cell.
 
     key: (k0, k1), the cell's Philox key (`lowlevel.philox.device_key`). Returns the arrays of
-    `vocabulary.STOCHASTIC_OUTPUTS` as the CPU kernel does. target: "cuda" (a GPU, or
-    numba-cuda's simulator) or "cpu" (the same source by numba.njit on the host). noise="scalar"
-    runs the hybrid model with sigma = value_std (`simulate_hybrid_cuda`).
+    `vocabulary.STOCHASTIC_OUTPUTS` and the observables in `record` (over record_bins bins,
+    about `direction` or each start's own) as the CPU kernel does. target: "cuda" (a GPU, or
+    numba-cuda's simulator) or "cpu" (the same source by numba.njit on the host).
+    noise="scalar" runs the hybrid model with sigma = value_std (`simulate_hybrid_cuda`).
     """
+    from .. import observables
+    from ..outcomes import SphereOutcomes
+
     n, d, layers = int(n), int(d), int(layers)
     if not 1 <= n <= MAX_TOKENS:
         raise ValueError(f"n = {n}: the device kernel takes 1 to {MAX_TOKENS} tokens")
@@ -114,36 +137,40 @@ def simulate_stochastic_cuda(key, trajectories, *, n, d, beta, value_std=1.0, T,
     ckpt = np.asarray(checkpoint_layers, dtype=np.int64).ravel()
     if ckpt.size == 0 or ckpt[-1] != layers or np.any(np.diff(ckpt) <= 0) or ckpt[0] < 1:
         raise ValueError(f"checkpoint_layers = {ckpt}: sorted, unique, in 1..layers, ending at layers")
+    record, record_bins, direction = observables.check_record(record, record_bins, direction, d)
     trajs = np.asarray(trajectories, dtype=np.int64).ravel()
     h = float(T) / layers
     times = h * ckpt.astype(np.float64)
     window = int(resolved_window) if stop_when_resolved else 0
-    out = _missing_outputs(trajs.size, ckpt.size)
+    out = observables.allocate(SphereOutcomes, trajs.size, ckpt.size, n, d, record,
+                               record_bins, direction)
+    states = np.full((trajs.size, ckpt.size if "states" in record else 0, n, d), np.nan)
     k0, k1 = (int(k) for k in key)
+    start_directions((k0, k1), trajs, n, d, out)
     args = (ATTENTION_CODES[attention], NOISE_CODES[noise], LAW_CODES[value_law], k0, k1)
     scalars = (float(beta), float(value_std), h, float(np.sqrt(h)), layers)
-    names = list(out)
-    if trajs.size == 0:
-        return out
-    if target == "cpu":
-        _cpu_loop()(n, d, *args, trajs, *scalars, ckpt, times, float(eps), window,
-                    *(out[k] for k in names))
-        return out
-    from numba import cuda
+    arrays = [getattr(out, name) for name in KERNEL_ARRAYS] + [states]
+    if trajs.size > 0 and target == "cpu":
+        _cpu_loop()(n, d, *args, trajs, *scalars, ckpt, times, float(eps), window, *arrays)
+    elif trajs.size > 0:
+        from numba import cuda
 
-    from .cuda_kernel import capacity, device_kernel
+        from .cuda_kernel import capacity, device_kernel
 
-    kernel = device_kernel(capacity(n, 2), capacity(d, 4))
-    on_device = {k: cuda.to_device(v) for k, v in out.items()}
-    blocks = (trajs.size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
-    kernel[blocks, THREADS_PER_BLOCK](n, d, *args, cuda.to_device(trajs), *scalars,
-                                      cuda.to_device(ckpt), cuda.to_device(times), float(eps),
-                                      window, *(on_device[k] for k in names))
-    return {k: on_device[k].copy_to_host() for k in names}
+        kernel = device_kernel(capacity(n, 2), capacity(d, 4))
+        on_device = [cuda.to_device(a) for a in arrays]
+        blocks = (trajs.size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+        kernel[blocks, THREADS_PER_BLOCK](n, d, *args, cuda.to_device(trajs), *scalars,
+                                          cuda.to_device(ckpt), cuda.to_device(times),
+                                          float(eps), window, *on_device)
+        for host, dev in zip(arrays, on_device):
+            dev.copy_to_host(host)
+    return observables.returned(out, vocabulary.STOCHASTIC_OUTPUTS, record, states)
 
 
 def simulate_hybrid_cuda(key, trajectories, *, n, d, beta, sigma, T, layers, checkpoint_layers,
                          attention="sa", eps=1e-3, stop_when_resolved=False, resolved_window=2,
+                         record=(), record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None,
                          target="cuda"):
     """The hybrid noise model (docs/models.md 5) on the device: as `simulate_stochastic_cuda`."""
     if not (np.isfinite(sigma) and sigma >= 0):
@@ -151,4 +178,5 @@ def simulate_hybrid_cuda(key, trajectories, *, n, d, beta, sigma, T, layers, che
     return simulate_stochastic_cuda(
         key, trajectories, n=n, d=d, beta=beta, value_std=float(sigma), T=T, layers=layers,
         checkpoint_layers=checkpoint_layers, attention=attention, noise="scalar", eps=eps,
-        stop_when_resolved=stop_when_resolved, resolved_window=resolved_window, target=target)
+        stop_when_resolved=stop_when_resolved, resolved_window=resolved_window, record=record,
+        record_bins=record_bins, direction=direction, target=target)

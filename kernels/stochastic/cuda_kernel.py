@@ -41,7 +41,8 @@ def device_kernel(ncap: int, dcap: int):
     size = max(ncap * dcap, dcap * dcap) + 1
 
     def kernel(n, d, att, noise, law, k0, k1, trajs, beta, s, h, sqrt_h, layers, ckpt, times, eps,
-               window, omin, omax, cls, ncl, thit, nonfin):
+               window, omin, omax, cls, ncl, thit, nonfin, hist, gram, margin, towards, cons,
+               cons_abs, energies, states):
         r = cuda.grid(1)
         if r < trajs.shape[0]:
             x = cuda.local.array((ncap, dcap), np.float64)
@@ -57,6 +58,7 @@ def device_kernel(ncap: int, dcap: int):
             parent = cuda.local.array(ncap, np.int64)
             trajectory(x, a, direction, g, rf, buf, logscale, parent, n, d, att, noise, law, k0,
                        k1, trajs[r], beta, s, h, sqrt_h, layers, ckpt, times, eps, window, omin,
-                       omax, cls, ncl, thit, nonfin, r)
+                       omax, cls, ncl, thit, nonfin, hist, gram, margin, towards, cons, cons_abs,
+                       energies, states, r)
 
     return cuda.jit(kernel)

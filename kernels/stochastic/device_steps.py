@@ -25,6 +25,7 @@ import math
 from types import SimpleNamespace
 
 from ..lowlevel import philox
+from . import device_observables
 
 SA, USA, CAUSAL_SA = 0, 1, 2  # = attention.ATTENTION_CODES
 GAUSSIAN, LITERAL = 0, 1  # noise codes, as `stochastic.general`
@@ -215,11 +216,13 @@ def finish(ok, times, omin, omax, cls, ncl, thit, nonfin, r, c_stop):
 
 
 def make_trajectory(fill, normalize, gram, attention, householder_r, gaussian_values,
-                    literal_values, step, record, resolved_for, finish):
+                    literal_values, step, record, resolved_for, finish, observe, carry):
     def trajectory(x, a, direction, g, rf, buf, logscale, parent, n, d, att, noise, law, k0, k1,
                    traj, beta, s, h, sqrt_h, layers, ckpt, times, eps, window, omin, omax, cls,
-                   ncl, thit, nonfin, r):
-        """Trajectory `traj` (its Philox counter) into row r of the outputs."""
+                   ncl, thit, nonfin, hist, gram_o, margin, towards, cons, cons_abs, energies,
+                   states, r):
+        """Trajectory `traj` (its Philox counter) into row r of the outputs and of the
+        recorded observables (`device_observables`; towards: the hemisphere directions)."""
         block = fill(buf, n * d, 0, k0, k1, traj, 0)
         ok = True
         for i in range(n):
@@ -248,11 +251,16 @@ def make_trajectory(fill, normalize, gram, attention, householder_r, gaussian_va
             if ok and layer + 1 == ckpt[c]:
                 gram(x, g, n, d)
                 record(g, parent, n, eps, omin, omax, cls, ncl, r, c)
+                observe(x, g, n, d, beta, hist, gram_o, margin, towards, cons, cons_abs,
+                        energies, states, r, c)
                 if resolved_for(cls, r, c, window):
                     c_stop = c
                     break
                 c += 1
         finish(ok, times, omin, omax, cls, ncl, thit, nonfin, r, c_stop)
+        if c_stop >= 0:
+            carry(hist, gram_o, margin, cons, cons_abs, energies, states, r, c_stop,
+                  times.shape[0])
     return trajectory
 
 
@@ -262,7 +270,8 @@ def build(jit):
     parts = dict(normalize=jit(normalize), gram=jit(gram), attention=jit(attention),
                  householder_r=jit(householder_r), gaussian_values=jit(gaussian_values),
                  literal_values=jit(literal_values), record=jit(record),
-                 resolved_for=jit(resolved_for), finish=jit(finish))
+                 resolved_for=jit(resolved_for), finish=jit(finish),
+                 **dict(zip(("observe", "carry"), device_observables.build(jit))))
     parts["step"] = jit(make_step(parts["normalize"]))
     trajectory = jit(make_trajectory(gen.fill, **parts))
     return SimpleNamespace(gen=gen, trajectory=trajectory, **parts)

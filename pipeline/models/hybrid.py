@@ -65,8 +65,7 @@ class HybridSweep(DeviceSweep, RecordingSweep, StartSweep):
     @model_validator(mode="after")
     def _on_device(self):
         check_layers_axis(self)
-        refuse_on_device(self, {"record": bool(self.record) and "recording observables",
-                                "init": self.init != Start() and "a start other than uniform"})
+        refuse_on_device(self, {"init": self.init != Start() and "a start other than uniform"})
         return self
 
     def canonical(self) -> dict:
@@ -101,7 +100,7 @@ class Hybrid(Model):
                 device_key(sweep.seed, cell_key(coords)), [trajectory_index(g) for g in rngs],
                 **sphere_cell(coords), sigma=float(coords["sigma"]), attention=sweep.attention,
                 stop_when_resolved=sweep.stop_when_resolved, resolved_window=sweep.resolved_window,
-                **cell_time_arguments(sweep, coords))
+                **cell_time_arguments(sweep, coords), **record_arguments(sweep))
         from ...kernels.hybrid import simulate_hybrid
 
         return simulate_hybrid(rngs, **sphere_cell(coords), sigma=float(coords["sigma"]),

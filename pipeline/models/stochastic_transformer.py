@@ -111,7 +111,6 @@ class StochasticTransformerSweep(DeviceSweep, RecordingSweep, StartSweep):
         refuse_on_device(self, {"qk": self.qk != "identity" and "a drawn Q, K",
                                 "matrices": bool(self.matrices) and "an explicit Q, K",
                                 "scheme": self.scheme != "discrete" and "scheme: sde",
-                                "record": bool(self.record) and "recording observables",
                                 "init": self.init != Start() and "a start other than uniform"})
         return self
 
@@ -234,7 +233,8 @@ def simulate_on_device(sweep, coords: dict, rngs: list) -> dict:
         **sphere_cell(coords), value_std=sweep.value_std, T=args["T"], layers=args["layers"],
         checkpoint_layers=args["checkpoint_layers"], attention=sweep.attention,
         noise=sweep.noise, value_law=sweep.value_law, eps=args["eps"],
-        stop_when_resolved=sweep.stop_when_resolved, resolved_window=sweep.resolved_window)
+        stop_when_resolved=sweep.stop_when_resolved, resolved_window=sweep.resolved_window,
+        **record_arguments(sweep))
 
 
 model = StochasticTransformer()
