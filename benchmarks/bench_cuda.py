@@ -5,11 +5,13 @@ One prepared script for a machine with an NVIDIA GPU (a few minutes; `--budget` 
     pip install 'numba-cuda[cu12]'     # or [cu13], matching the driver
     python benchmarks/bench_cuda.py --budget 240 --json cuda.json
 
-1. Trajectory-steps per second of `kernels/stochastic/cuda.py` (one thread per trajectory, all
-   outcomes on the device) against the CPU kernel on one core (threads=1), for n in {2, 4, 8, 16}
-   and d in {4, 16, 64}, SA, beta = 2; compilation excluded (a warm-up launch first). The same
-   runs check the statistics: the final classes of the device's and the CPU's trajectories,
-   chi-square two-sample p-value (agree: p > 1e-3).
+1. Trajectory-steps per second of `kernels/stochastic/cuda.py` (all outcomes on the device),
+   one thread per trajectory and one warp per trajectory (`layout`), against the CPU kernel on
+   one core (threads=1), for n in {2, 4, 8, 16} and d in {4, 16, 64}, SA, beta = 2; compilation
+   excluded (a warm-up launch first); "x one core" is the faster layout's. The same runs check
+   the statistics: the final classes of the device's (thread layout) and the CPU's
+   trajectories, chi-square two-sample p-value (agree: p > 1e-3). The layout columns are what
+   `cuda.layout_for`'s thresholds are to be set from.
 2. The paper-scale onset table of docs/open-problems.md (n in {2, 3, 4, 8, 16}, d in {3, 4, 5,
    8, 16}, T = 100, h = 0.01: 10 000 layers, eps = 1e-3): a timed probe per cell gives its rate;
    the projected time of the whole table is sum over cells of 500 000 trajectories x 10 000 layers
@@ -81,16 +83,23 @@ def speed_table(tiny):
     for n in ns:
         for d in ds:
             kw = dict(n=n, d=d, beta=2.0, T=layers * 0.02, layers=layers, checkpoint_layers=[layers])
-            device_run((1, 2), 2, **dict(kw, layers=1, checkpoint_layers=[1]))  # compile
-            cpu_run(2, **dict(kw, layers=1, checkpoint_layers=[1]))
-            dev, t_dev = device_run((1, 2), n_dev, **kw)
+            rates, outs = {}, {}
+            for layout in ("thread", "warp"):
+                device_run((1, 2), 2, layout=layout, **dict(kw, layers=1, checkpoint_layers=[1]))
+                outs[layout], t_dev = device_run((1, 2), n_dev, layout=layout, **kw)
+                rates[layout] = n_dev * layers / t_dev
+            dev = outs["thread"]
+            cpu_run(2, **dict(kw, layers=1, checkpoint_layers=[1]))  # compile
             cpu, t_cpu = cpu_run(n_cpu, **kw)
-            rate_dev, rate_cpu = n_dev * layers / t_dev, n_cpu * layers / t_cpu
-            rows.append(dict(n=n, d=d, device_steps_per_s=rate_dev, cpu_steps_per_s=rate_cpu,
-                             speedup=rate_dev / rate_cpu, classes_p=classes_agree(dev, cpu)))
+            rate_cpu = n_cpu * layers / t_cpu
+            best = max(rates.values())
+            rows.append(dict(n=n, d=d, device_steps_per_s=best, thread_steps_per_s=rates["thread"],
+                             warp_steps_per_s=rates["warp"], cpu_steps_per_s=rate_cpu,
+                             speedup=best / rate_cpu, classes_p=classes_agree(dev, cpu)))
             r = rows[-1]
-            print(f"| {n} | {d} | {rate_dev:.3g} | {rate_cpu:.3g} | {r['speedup']:.1f} | "
-                  f"{r['classes_p']:.3g} ({'agree' if r['classes_p'] > 1e-3 else 'DIFFER'}) |", flush=True)
+            print(f"| {n} | {d} | {rates['thread']:.3g} | {rates['warp']:.3g} | {rate_cpu:.3g} | "
+                  f"{r['speedup']:.1f} | {r['classes_p']:.3g} "
+                  f"({'agree' if r['classes_p'] > 1e-3 else 'DIFFER'}) |", flush=True)
     return rows
 
 
@@ -155,8 +164,8 @@ def main(argv=None) -> int:
 
     name = "numba-cuda simulator" if args.tiny else cuda.get_current_device().name
     name = name.decode() if isinstance(name, bytes) else name
-    print(f"device: {name}\n\n| n | d | device steps/s | one core steps/s | x one core | classes (chi2 p) |\n"
-          "|---|---|---|---|---|---|", flush=True)
+    print(f"device: {name}\n\n| n | d | thread layout steps/s | warp layout steps/s | one core "
+          "steps/s | x one core | classes (chi2 p) |\n|---|---|---|---|---|---|---|", flush=True)
     result = dict(device=str(name), speed=speed_table(args.tiny))
     print("\n| n | d | P(any pair) at beta = 0..3 | onset |\n|---|---|---|---|", flush=True)
     result["onset"] = onset_table(args.tiny, args.budget)

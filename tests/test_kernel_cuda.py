@@ -62,7 +62,7 @@ def test_device_draws_equal_the_numpy_reference_bit_for_bit():
     def kernel(trajs, first, count, law, out):
         i = cuda.grid(1)
         if i < trajs.shape[0]:
-            gen.fill(out[i], count, law, KEY[0], KEY[1], trajs[i], first)
+            gen.fill(out[i], count, law, KEY[0], KEY[1], trajs[i], first, 0, 1)
 
     trajs = np.array([0, 1, 2**32 + 5, 77], np.int64)
     for law in (0, 1, 2):
@@ -109,9 +109,9 @@ def test_householder_and_step_keep_the_model_pure_python_build():
         x = rng.standard_normal((n, d))
         x /= np.linalg.norm(x, axis=1, keepdims=True)
         logscale = np.array([0.0, 3.0, -2.0, 0.0, 0.0][:n])
-        assert parts.step(x, rng.standard_normal((n, d)), logscale, n, d, 0.3)
+        assert parts.step(x, rng.standard_normal((n, d)), logscale, n, d, 0.3, 0, 1)
         np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=4e-16)
-        assert not parts.step(x, np.full((n, d), np.inf), np.zeros(n), n, d, 1.0)
+        assert not parts.step(x, np.full((n, d), np.inf), np.zeros(n), n, d, 1.0, 0, 1)
 
 
 @pytest.mark.parametrize("attention,noise,law", [("sa", "gaussian", "gaussian"),
@@ -226,3 +226,41 @@ def test_given_direction_and_early_stop_carry_the_observables():
             later = out[name][r, stop:]
             np.testing.assert_array_equal(later, np.broadcast_to(later[0], later.shape), err_msg=name)
     assert stopped > 0
+
+
+@pytest.mark.parametrize("noise,law,attention", [("gaussian", "gaussian", "sa"),
+                                                 ("literal", "rademacher", "causal_sa"),
+                                                 ("scalar", "gaussian", "usa")])
+def test_a_warp_per_trajectory_gives_the_threads_numbers(noise, law, attention):
+    """The warp layout (lane i: tokens i, i + 32, ...; serial parts on lane 0) computes every
+    number as the thread layout does; n = 35 > 32 tokens puts two on lane 0 to 2. The
+    simulator runs both bit for bit; a GPU may fuse multiply-adds differently (1e-12)."""
+    kw = dict(TINY, n=35, d=3, layers=4, checkpoint_layers=[2, 4], attention=attention, eps=0.2,
+              record=("gram", "energy"), stop_when_resolved=True)
+    if noise == "scalar":
+        kw.update(noise=noise, value_std=0.5)
+    else:
+        kw.update(noise=noise, value_law=law)
+    import tokensweep.kernels.stochastic.cuda as device
+
+    old = device.MAX_TOKENS
+    device.MAX_TOKENS = 64  # the layouts' agreement, past the spec's 32 tokens
+    try:
+        thread = simulate_stochastic_cuda(KEY, [2, 7], layout="thread", **kw)
+        warp = simulate_stochastic_cuda(KEY, [2, 7], layout="warp", **kw)
+    finally:
+        device.MAX_TOKENS = old
+    for name, values in thread.items():
+        if values.dtype.kind == "f":
+            np.testing.assert_allclose(warp[name], values, rtol=0, atol=1e-12, err_msg=name)
+        else:
+            np.testing.assert_array_equal(warp[name], values, err_msg=name)
+    assert not thread["nonfinite"].any()
+
+
+def test_auto_layout_and_unknown_layout():
+    from tokensweep.kernels.stochastic.cuda import layout_for
+
+    assert layout_for(2, 64) == "thread" and layout_for(32, 64) == "warp"
+    with pytest.raises(ValueError, match="layout = 'block'"):
+        simulate_stochastic_cuda(KEY, [0], layout="block", **TINY)

@@ -87,30 +87,28 @@ def make_uniform_pair(block):
 
 
 def make_fill(normal_pair, uniform_pair):
-    def fill(buf, count, law, k0, k1, traj, first):
+    def fill(buf, count, law, k0, k1, traj, first, lane, width):
         """buf[:count] <- the entries of blocks first, first + 1, ... (two per block; an odd
         count drops the last block's second). law 0: normals; 1: +-1 (u < 1/2: +1); 2:
-        sqrt(3) (2u - 1). Returns the next unused block."""
-        i = 0
-        index = first
+        sqrt(3) (2u - 1). Returns the next unused block. lane of width: this lane fills the
+        blocks first + p, p = lane, lane + width, ... (one caller: 0 of 1)."""
+        blocks = (count + 1) // 2
         root3 = math.sqrt(3.0)
-        while i < count:
+        for p in range(lane, blocks, width):
             if law == 0:
-                a, b = normal_pair(k0, k1, traj, index)
+                a, b = normal_pair(k0, k1, traj, first + p)
             else:
-                a, b = uniform_pair(k0, k1, traj, index)
+                a, b = uniform_pair(k0, k1, traj, first + p)
                 if law == 1:
                     a = 1.0 if a < 0.5 else -1.0
                     b = 1.0 if b < 0.5 else -1.0
                 else:
                     a = root3 * (2.0 * a - 1.0)
                     b = root3 * (2.0 * b - 1.0)
-            buf[i] = a
-            if i + 1 < count:
-                buf[i + 1] = b
-            i += 2
-            index += 1
-        return index
+            buf[2 * p] = a
+            if 2 * p + 1 < count:
+                buf[2 * p + 1] = b
+        return first + blocks
     return fill
 
 

@@ -38,6 +38,11 @@ from . import device_steps
 MAX_TOKENS = 32
 MAX_DIM = 64
 THREADS_PER_BLOCK = 64
+LAYOUTS = ("auto", "thread", "warp")
+# where "auto" takes a warp per trajectory: a first guess (no GPU has measured the two yet;
+# benchmarks/bench_cuda.py times both): 8+ tokens in states of 512+ numbers
+WARP_MIN_TOKENS = 8
+WARP_MIN_ELEMENTS = 512
 ATTENTION_CODES = {"sa": device_steps.SA, "usa": device_steps.USA,
                    "causal_sa": device_steps.CAUSAL_SA}
 # gaussian, literal: the value matrices' noise; scalar: one normal per layer shared by the tokens,
@@ -81,7 +86,7 @@ def _cpu_loop():
                        np.zeros((n, n)), np.empty(size), np.empty(n), np.empty(n, np.int64),
                        n, d, att, noise, law, k0, k1, trajs[r], beta, s, h, sqrt_h, layers, ckpt,
                        times, eps, window, omin, omax, cls, ncl, thit, nonfin, hist, gram,
-                       margin, towards, cons, cons_abs, energies, states, r)
+                       margin, towards, cons, cons_abs, energies, states, r, 0, 1)
 
     return njit(loop)
 
@@ -90,6 +95,35 @@ def _cpu_loop():
 KERNEL_ARRAYS = ("overlap_min", "overlap_max", "cluster_class", "n_clusters", "t_hit", "nonfinite",
                  "overlap_hist", "gram", "hemisphere_margin", "direction", "consensus_error",
                  "consensus_error_abs", "energy")
+
+
+def layout_for(n, d):
+    """The layout "auto" picks: a warp per trajectory from WARP_MIN_TOKENS tokens and
+    WARP_MIN_ELEMENTS numbers n d per state (where a thread's local arrays outgrow its cache),
+    else a thread."""
+    return "warp" if n >= WARP_MIN_TOKENS and n * d >= WARP_MIN_ELEMENTS else "thread"
+
+
+def _launch(layout, n, d, args, trajs, scalars, ckpt, times, eps, window, arrays):
+    """Run the device kernel of `layout` on trajs, filling the host arrays."""
+    from numba import cuda
+
+    from .cuda_kernel import WARP, capacity, device_kernel, warp_kernel
+
+    on_device = [cuda.to_device(a) for a in arrays]
+    common = (n, d, *args, cuda.to_device(trajs), *scalars, cuda.to_device(ckpt),
+              cuda.to_device(times), eps, window, *on_device)
+    if layout == "thread":
+        blocks = (trajs.size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+        device_kernel(capacity(n, 2), capacity(d, 4))[blocks, THREADS_PER_BLOCK](*common)
+    else:
+        b = trajs.size
+        work = [np.empty((b, n, d)), np.empty((b, n, d)), np.empty((b, n, d)),
+                np.empty((b, n, n)), np.zeros((b, n, n)), np.empty((b, max(n * d, d * d) + 1)),
+                np.empty((b, n)), np.empty((b, n), np.int64)]
+        warp_kernel()[b, WARP](*common, *(cuda.to_device(w) for w in work))
+    for host, dev in zip(arrays, on_device):
+        dev.copy_to_host(host)
 
 
 def start_directions(key, trajs, n, d, out):
@@ -113,14 +147,16 @@ def simulate_stochastic_cuda(key, trajectories, *, n, d, beta, value_std=1.0, T,
                              value_law="gaussian", eps=1e-3, stop_when_resolved=False,
                              resolved_window=2, record=(),
                              record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None,
-                             target="cuda"):
+                             target="cuda", layout="auto"):
     """Outputs of trajectories `trajectories` (int indices, the Philox counter's) of one cell.
 
     key: (k0, k1), the cell's Philox key (`lowlevel.philox.device_key`). Returns the arrays of
     `vocabulary.STOCHASTIC_OUTPUTS` and the observables in `record` (over record_bins bins,
     about `direction` or each start's own) as the CPU kernel does. target: "cuda" (a GPU, or
-    numba-cuda's simulator) or "cpu" (the same source by numba.njit on the host).
-    noise="scalar" runs the hybrid model with sigma = value_std (`simulate_hybrid_cuda`).
+    numba-cuda's simulator) or "cpu" (the same source by numba.njit on the host). layout:
+    "thread" (one thread per trajectory), "warp" (one warp), or "auto" (`layout_for`): the
+    same numbers either way. noise="scalar" runs the hybrid model with sigma = value_std
+    (`simulate_hybrid_cuda`).
     """
     from .. import observables
     from ..outcomes import SphereOutcomes
@@ -134,6 +170,8 @@ def simulate_stochastic_cuda(key, trajectories, *, n, d, beta, value_std=1.0, T,
         raise ValueError(f"value_law = {value_law!r} needs noise = 'literal'")
     if target not in ("cuda", "cpu"):
         raise ValueError(f"target = {target!r}: use 'cuda' or 'cpu'")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout = {layout!r}: use one of {LAYOUTS}")
     ckpt = np.asarray(checkpoint_layers, dtype=np.int64).ravel()
     if ckpt.size == 0 or ckpt[-1] != layers or np.any(np.diff(ckpt) <= 0) or ckpt[0] < 1:
         raise ValueError(f"checkpoint_layers = {ckpt}: sorted, unique, in 1..layers, ending at layers")
@@ -153,25 +191,15 @@ def simulate_stochastic_cuda(key, trajectories, *, n, d, beta, value_std=1.0, T,
     if trajs.size > 0 and target == "cpu":
         _cpu_loop()(n, d, *args, trajs, *scalars, ckpt, times, float(eps), window, *arrays)
     elif trajs.size > 0:
-        from numba import cuda
-
-        from .cuda_kernel import capacity, device_kernel
-
-        kernel = device_kernel(capacity(n, 2), capacity(d, 4))
-        on_device = [cuda.to_device(a) for a in arrays]
-        blocks = (trajs.size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
-        kernel[blocks, THREADS_PER_BLOCK](n, d, *args, cuda.to_device(trajs), *scalars,
-                                          cuda.to_device(ckpt), cuda.to_device(times),
-                                          float(eps), window, *on_device)
-        for host, dev in zip(arrays, on_device):
-            dev.copy_to_host(host)
+        _launch(layout_for(n, d) if layout == "auto" else layout, n, d, args, trajs, scalars, ckpt,
+                times, float(eps), window, arrays)
     return observables.returned(out, vocabulary.STOCHASTIC_OUTPUTS, record, states)
 
 
 def simulate_hybrid_cuda(key, trajectories, *, n, d, beta, sigma, T, layers, checkpoint_layers,
                          attention="sa", eps=1e-3, stop_when_resolved=False, resolved_window=2,
                          record=(), record_bins=vocabulary.DEFAULT_RECORD_BINS, direction=None,
-                         target="cuda"):
+                         target="cuda", layout="auto"):
     """The hybrid noise model (docs/models.md 5) on the device: as `simulate_stochastic_cuda`."""
     if not (np.isfinite(sigma) and sigma >= 0):
         raise ValueError(f"sigma = {sigma!r}, but the noise level must be finite and >= 0")
@@ -179,4 +207,4 @@ def simulate_hybrid_cuda(key, trajectories, *, n, d, beta, sigma, T, layers, che
         key, trajectories, n=n, d=d, beta=beta, value_std=float(sigma), T=T, layers=layers,
         checkpoint_layers=checkpoint_layers, attention=attention, noise="scalar", eps=eps,
         stop_when_resolved=stop_when_resolved, resolved_window=resolved_window, record=record,
-        record_bins=record_bins, direction=direction, target=target)
+        record_bins=record_bins, direction=direction, target=target, layout=layout)

@@ -1,4 +1,7 @@
-"""The CUDA kernel of `stochastic.cuda`: one thread per trajectory, its work in local arrays.
+"""The CUDA kernels of `stochastic.cuda`: one thread per trajectory, its work in local arrays
+(`device_kernel`), or one warp per trajectory (`warp_kernel`): a block of 32 threads, lane i
+owning tokens i, i + 32, ... in the steps that run per token, the serial ones (the Householder R,
+the outcomes) on lane 0 while the others wait at a barrier, the work arrays in global memory.
 
 numba.cuda reads NUMBA_ENABLE_CUDASIM (numba-cuda's simulator) once, at its first import, so
 this module imports it only when a kernel is first built (a walk over the package's modules
@@ -23,14 +26,35 @@ def capacity(value: int, smallest: int) -> int:
     return cap
 
 
-@functools.cache
-def _device_parts():
+def _import_cuda():
     global cuda
     if cuda is None:
         from numba import cuda as numba_cuda
 
         cuda = numba_cuda
+
+
+@functools.cache
+def _device_parts():
+    _import_cuda()
     return device_steps.build(lambda f: cuda.jit(f, device=True))
+
+
+def lanes_sync():
+    cuda.syncthreads()  # a block is one warp: the warp's barrier
+
+
+def lanes_all(ok):
+    return cuda.syncthreads_and(1 if ok else 0) != 0
+
+
+@functools.cache
+def _warp_parts():
+    _import_cuda()
+
+    def jit(f):
+        return cuda.jit(f, device=True)
+    return device_steps.build(jit, jit(lanes_sync), jit(lanes_all))
 
 
 @functools.cache
@@ -59,6 +83,28 @@ def device_kernel(ncap: int, dcap: int):
             trajectory(x, a, direction, g, rf, buf, logscale, parent, n, d, att, noise, law, k0,
                        k1, trajs[r], beta, s, h, sqrt_h, layers, ckpt, times, eps, window, omin,
                        omax, cls, ncl, thit, nonfin, hist, gram, margin, towards, cons, cons_abs,
-                       energies, states, r)
+                       energies, states, r, 0, 1)
+
+    return cuda.jit(kernel)
+
+
+WARP = 32  # threads per block of `warp_kernel`: one trajectory each
+
+
+@functools.cache
+def warp_kernel():
+    """One block of WARP threads per trajectory r = blockIdx.x, its work arrays the r-th of
+    the global arrays passed last (x, a, direction, g, rf (zeros), buf, logscale, parent)."""
+    trajectory = _warp_parts().trajectory
+
+    def kernel(n, d, att, noise, law, k0, k1, trajs, beta, s, h, sqrt_h, layers, ckpt, times, eps,
+               window, omin, omax, cls, ncl, thit, nonfin, hist, gram, margin, towards, cons,
+               cons_abs, energies, states, xs, avs, dirs, gs, rfs, bufs, logs, parents):
+        r = cuda.blockIdx.x
+        if r < trajs.shape[0]:
+            trajectory(xs[r], avs[r], dirs[r], gs[r], rfs[r], bufs[r], logs[r], parents[r], n, d,
+                       att, noise, law, k0, k1, trajs[r], beta, s, h, sqrt_h, layers, ckpt, times,
+                       eps, window, omin, omax, cls, ncl, thit, nonfin, hist, gram, margin,
+                       towards, cons, cons_abs, energies, states, r, cuda.threadIdx.x, WARP)
 
     return cuda.jit(kernel)

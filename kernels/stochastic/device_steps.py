@@ -16,7 +16,11 @@ layer, sigma passed as s.
 
 Everything is plain Python over scalars and arrays, built by `build(jit)` into device functions
 (numba.cuda.jit(device=True)) or CPU functions (numba.njit) from the same source; the caller
-gives each trajectory its work arrays (local arrays on the device). Sums run in the CPU kernel's
+gives each trajectory its work arrays (local arrays on the device). A trajectory is run by
+`width` lanes sharing those arrays (one thread: lane 0 of width 1; a warp: 32): each per-token
+step takes the tokens i = lane, lane + width, ..., the serial ones (the Householder R, the
+outcomes) run on lane 0, with the build's barrier `sync` between phases; every number is
+computed by the same expression whatever the width. Sums run in the CPU kernel's
 orders where that was simple, but the device's exp, log and sqrt and its fused multiply-adds
 are not libm's, so results agree with the CPU kernel in law, not bit for bit.
 """
@@ -57,8 +61,9 @@ def normalize(x, i, d):
     return True
 
 
-def gram(x, g, n, d):
-    for i in range(n):
+def gram(x, g, n, d, lane, width):
+    """g = x x^T; lane of width: the rows i = lane, lane + width, ... (and their mirrors)."""
+    for i in range(lane, n, width):
         for j in range(i, n):
             acc = 0.0
             for k in range(d):
@@ -67,10 +72,10 @@ def gram(x, g, n, d):
             g[j, i] = acc
 
 
-def attention(x, g, a, logscale, n, d, beta, att):
-    """Ahat_i into a[i] and c_i into logscale[i], as `attention.attention`."""
+def attention(x, g, a, logscale, n, d, beta, att, lane, width):
+    """Ahat_i into a[i] and c_i into logscale[i], as `attention.attention` (rows of this lane)."""
     log_n = math.log(n)
-    for i in range(n):
+    for i in range(lane, n, width):
         jmax = i + 1 if att == CAUSAL_SA else n
         mi = -math.inf
         for j in range(jmax):
@@ -121,10 +126,10 @@ def householder_r(a, rf, n, d):
             rf[k, j] = a[j, k]
 
 
-def gaussian_values(rf, buf, out, n, d, s):
-    """out[i] = s sum_{k <= min(i, r - 1)} R[k, i] W[k], W = buf (r, d) row-major."""
+def gaussian_values(rf, buf, out, n, d, s, lane, width):
+    """out[i] = s sum_{k <= min(i, r - 1)} R[k, i] W[k], W = buf (r, d) row-major (this lane's i)."""
     r = min(n, d)
-    for i in range(n):
+    for i in range(lane, n, width):
         for c in range(d):
             acc = 0.0
             for k in range(min(i + 1, r)):
@@ -132,9 +137,9 @@ def gaussian_values(rf, buf, out, n, d, s):
             out[i, c] = acc
 
 
-def literal_values(buf, a, out, n, d, s):
-    """out[i] = s V Ahat_i, V = buf (d, d) row-major."""
-    for i in range(n):
+def literal_values(buf, a, out, n, d, s, lane, width):
+    """out[i] = s V Ahat_i, V = buf (d, d) row-major (this lane's i)."""
+    for i in range(lane, n, width):
         for c in range(d):
             acc = 0.0
             for b in range(d):
@@ -216,56 +221,80 @@ def finish(ok, times, omin, omax, cls, ncl, thit, nonfin, r, c_stop):
 
 
 def make_trajectory(fill, normalize, gram, attention, householder_r, gaussian_values,
-                    literal_values, step, record, resolved_for, finish, observe, carry):
+                    literal_values, step, record, resolved_for, finish, observe, carry, sync,
+                    all_ok):
     def trajectory(x, a, direction, g, rf, buf, logscale, parent, n, d, att, noise, law, k0, k1,
                    traj, beta, s, h, sqrt_h, layers, ckpt, times, eps, window, omin, omax, cls,
                    ncl, thit, nonfin, hist, gram_o, margin, towards, cons, cons_abs, energies,
-                   states, r):
+                   states, r, lane, width):
         """Trajectory `traj` (its Philox counter) into row r of the outputs and of the
-        recorded observables (`device_observables`; towards: the hemisphere directions)."""
-        block = fill(buf, n * d, 0, k0, k1, traj, 0)
+        recorded observables (`device_observables`; towards: the hemisphere directions), by
+        `width` lanes sharing the work arrays (this one: `lane`; module docstring)."""
+        block = fill(buf, n * d, 0, k0, k1, traj, 0, lane, width)
+        sync()
         ok = True
-        for i in range(n):
+        for i in range(lane, n, width):
             for k in range(d):
                 x[i, k] = buf[i * d + k]
             if ok:
                 ok = normalize(x, i, d)
+        ok = all_ok(ok)
         per_layer = min(n, d) * d if noise == GAUSSIAN else (1 if noise == SCALAR else d * d)
         c = 0
         c_stop = -1
         for layer in range(layers):
             if not ok:
                 break
-            block = fill(buf, per_layer, law, k0, k1, traj, block)
-            gram(x, g, n, d)
-            attention(x, g, a, logscale, n, d, beta, att)
+            block = fill(buf, per_layer, law, k0, k1, traj, block, lane, width)
+            gram(x, g, n, d, lane, width)
+            sync()
+            attention(x, g, a, logscale, n, d, beta, att, lane, width)
+            sync()
             if noise == SCALAR:
-                ok = step(x, a, logscale, n, d, h + s * sqrt_h * buf[0])
+                ok = step(x, a, logscale, n, d, h + s * sqrt_h * buf[0], lane, width)
             else:
                 if noise == GAUSSIAN:
-                    householder_r(a, rf, n, d)
-                    gaussian_values(rf, buf, direction, n, d, s)
+                    if lane == 0:  # serial: one lane, the others wait
+                        householder_r(a, rf, n, d)
+                    sync()
+                    gaussian_values(rf, buf, direction, n, d, s, lane, width)
                 else:
-                    literal_values(buf, a, direction, n, d, s)
-                ok = step(x, direction, logscale, n, d, sqrt_h)
+                    literal_values(buf, a, direction, n, d, s, lane, width)
+                ok = step(x, direction, logscale, n, d, sqrt_h, lane, width)
+            ok = all_ok(ok)  # every token stepped before anything reads x or buf again
             if ok and layer + 1 == ckpt[c]:
-                gram(x, g, n, d)
-                record(g, parent, n, eps, omin, omax, cls, ncl, r, c)
-                observe(x, g, n, d, beta, hist, gram_o, margin, towards, cons, cons_abs,
-                        energies, states, r, c)
+                gram(x, g, n, d, lane, width)
+                sync()
+                if lane == 0:
+                    record(g, parent, n, eps, omin, omax, cls, ncl, r, c)
+                    observe(x, g, n, d, beta, hist, gram_o, margin, towards, cons, cons_abs,
+                            energies, states, r, c)
+                sync()
                 if resolved_for(cls, r, c, window):
                     c_stop = c
                     break
                 c += 1
-        finish(ok, times, omin, omax, cls, ncl, thit, nonfin, r, c_stop)
-        if c_stop >= 0:
-            carry(hist, gram_o, margin, cons, cons_abs, energies, states, r, c_stop,
-                  times.shape[0])
+        if lane == 0:
+            finish(ok, times, omin, omax, cls, ncl, thit, nonfin, r, c_stop)
+            if c_stop >= 0:
+                carry(hist, gram_o, margin, cons, cons_abs, energies, states, r, c_stop,
+                      times.shape[0])
     return trajectory
 
 
-def build(jit):
-    """The trajectory and its parts compiled by `jit` (numba.njit or cuda.jit(device=True))."""
+def serial_sync():
+    """The barrier of one lane: nothing to wait for."""
+
+
+def serial_all(ok):
+    """`all_ok` of one lane: its own."""
+    return ok
+
+
+def build(jit, sync=None, all_ok=None):
+    """The trajectory and its parts compiled by `jit` (numba.njit or cuda.jit(device=True));
+    sync(), all_ok(ok): the lanes' barrier and their and-reduction (itself a barrier), compiled
+    already (one lane by default: `serial_sync`, `serial_all`)."""
     gen = philox.build(jit)
     parts = dict(normalize=jit(normalize), gram=jit(gram), attention=jit(attention),
                  householder_r=jit(householder_r), gaussian_values=jit(gaussian_values),
@@ -273,15 +302,17 @@ def build(jit):
                  resolved_for=jit(resolved_for), finish=jit(finish),
                  **dict(zip(("observe", "carry"), device_observables.build(jit))))
     parts["step"] = jit(make_step(parts["normalize"]))
-    trajectory = jit(make_trajectory(gen.fill, **parts))
+    trajectory = jit(make_trajectory(gen.fill, **parts, sync=sync or jit(serial_sync),
+                                     all_ok=all_ok or jit(serial_all)))
     return SimpleNamespace(gen=gen, trajectory=trajectory, **parts)
 
 
 def make_step(normalize_fn):
-    """x_i <- N(x_i + coef e^{c_i} direction_i), as `attention.scaled_step`; False on failure.
-    Calls the build's own `normalize` (compiled code cannot call a Python function)."""
-    def step_built(x, direction, logscale, n, d, coef):
-        for i in range(n):
+    """x_i <- N(x_i + coef e^{c_i} direction_i) for this lane's tokens, as
+    `attention.scaled_step`; False on failure. Calls the build's own `normalize` (compiled code
+    cannot call a Python function)."""
+    def step_built(x, direction, logscale, n, d, coef, lane, width):
+        for i in range(lane, n, width):
             c = logscale[i]
             fx = 1.0
             fa = coef
@@ -291,7 +322,7 @@ def make_step(normalize_fn):
                 fa = coef * math.exp(c)
             for k in range(d):
                 x[i, k] = fx * x[i, k] + fa * direction[i, k]
-        for i in range(n):
+        for i in range(lane, n, width):
             if not normalize_fn(x, i, d):
                 return False
         return True
