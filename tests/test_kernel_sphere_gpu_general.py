@@ -153,3 +153,38 @@ def test_noisy_runs_have_the_cpu_statistics_and_ignore_the_batch(noise, monkeypa
     split = simulate_sphere_flow(rngs(count, 7), device=TORCH_CPU, **kw)
     for name in dev:
         np.testing.assert_array_equal(split[name], dev[name], err_msg=name)
+
+
+@pytest.mark.parametrize("preset", ["rst_causal", "rst_two_head_hemisphere",
+                                    "rst_random_frequencies"])
+def test_time_varying_trajectories_match_the_numba_kernel(preset):
+    """P_h(t) = D_h(t) Q_h^T K_h: the [RST] presets (random frequencies drawn on the device
+    after the matrices, per head omega then phase: given to the numba kernel as a schedule)."""
+    from tokensweep.kernels.ensembles import TIME_VARYING
+    from tokensweep.kernels.lowlevel.philox import uniforms_numpy
+
+    heads = {"rst_causal": 1}.get(preset, 2)
+    d = 3 if preset != "rst_random_frequencies" else 4
+    kw = {**BASE, "d": d, "heads": heads, "time_varying": preset, "attention": "causal_sa",
+          "rst_scaling": True, "qk": "ginibre" if preset == "rst_random_frequencies" else "identity"}
+    count, n = 3, kw["n"]
+    gpu = simulate_sphere_flow(rngs(count), device=TORCH_CPU, return_states=True, **kw)
+    x0 = gpu_starts.starts_on_host(rngs(count), n, d, INIT_CODES["uniform_sphere"])
+    keys = gpu_starts.generator_keys(rngs(count), 0, count)
+    for r in range(count):
+        cpu_kw = {k: v for k, v in kw.items() if k != "qk"}
+        if preset == "rst_random_frequencies":
+            m, v = host_weights(keys[r], n, d, heads, "ginibre", "identity", "normalised")
+            block = blocks_for(n * d) + heads * 2 * blocks_for(d * d)
+            drawn = []
+            for _ in range(2 * heads):
+                drawn.append(uniforms_numpy(keys[r], 0, block, d))
+                block += blocks_for(d)
+            cpu_kw["time_varying"] = dict(amp=2.0, omega=np.stack(drawn[0::2]),
+                                          phase=2 * np.pi * np.stack(drawn[1::2]),
+                                          absolute=TIME_VARYING[preset]["absolute"])
+            cpu_kw["matrices"] = {"Q": np.broadcast_to(np.eye(d), m.shape), "K": m}
+        cpu = simulate_sphere_flow(rngs(1), x0=x0[r:r + 1], return_states=True, **cpu_kw)
+        np.testing.assert_allclose(gpu["states"][r], cpu["states"][0], rtol=0, atol=1e-11)
+        for name in ("cluster_class", "n_clusters", "frac_close", "in_hemisphere"):
+            np.testing.assert_array_equal(gpu[name][r], cpu[name][0], err_msg=name)

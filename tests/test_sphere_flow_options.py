@@ -44,8 +44,8 @@ BAD = {
                                  "period: got 10, but device: cuda"),
     "gpu with hardmax": (spec(device="cuda", attention="hardmax"), "attention: got 'hardmax'"),
     "gpu with pre-LN": (spec(device="cuda", layer_norm="pre"), "layer_norm: got 'pre'"),
-    "gpu with a time-varying P": (spec(device="cuda", time_varying="rst_random_frequencies"),
-                                  "time_varying: got"),
+    "gpu with a turning V": (spec(device="cuda", value="goe", value_rotation=0.5),
+                             "value_rotation: got 0.5, but device: cuda"),
 }
 
 

@@ -251,8 +251,8 @@ def simulate_sphere_flow(rngs, *, x0=None, **options):
 
         if not (on_symmetric or gpu_general.covers(run)):
             raise ValueError(f"device = {device!r} runs retraction Euler (with or without noise) "
-                             "with SA / USA, weights fixed in time, nothing time-varying or "
-                             "turning, post-LN: use device = 'cpu' for this configuration")
+                             "with SA / USA, weights drawn once, V not turning, post-LN: use "
+                             "device = 'cpu' for this configuration")
         work = _device_work(run, out, states, device, on_symmetric)
     elif on_symmetric:
         work = _symmetric_work(run, out, states)
@@ -302,7 +302,8 @@ def _device_work(run, out, states, device, on_symmetric):
     s = run.steps
     noise = s.layer[:2]  # (mode, sigma): the symmetric step has none (`run.fixed`)
     weights = None if on_symmetric else gpu_general.Weights(run.q, run.k, run.v, run.kinds,
-                                                            s.par[4] == V_GENERAL)
+                                                            s.par[4] == V_GENERAL, s.par[5],
+                                                            run.tv)
     reduce = symmetric.SPAN_REDUCTION and run.d > run.n and on_symmetric
     starts = gpu.device_starts(run.rngs, run.n, run.d, run.init, run.x0)
 

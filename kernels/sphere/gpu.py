@@ -1,57 +1,46 @@
-"""The GPU path of the sphere flow: `sphere.symmetric`'s configurations in PyTorch (issue 11).
+"""The GPU path of the sphere flow in PyTorch (issues 11, 26): `integrate` runs a run's
+trajectories on a torch device in batches, everything but the rare host work on the device.
 
-Covers what the symmetric CPU path covers: retraction Euler x <- N(x + h P_x(A(x))) for SA / USA,
-causal or not, Q = K = I, V = +-I, one head, beta >= 0, not time-varying, no noise, post-LN
-(`sphere_flow.simulate_sphere_flow(device="cuda")` refuses anything else, naming the argument).
-Trajectories are a leading batch axis (B, n, d); one step is two batched products and a dozen
-element-wise kernels, with no host synchronisation between checkpoints, replayed on CUDA from one
-captured graph per step (`GraphStep`: the same kernels on the same buffers, so the same bits as
-the eager step; ~15 us of launches saved per kernel).
+Per batch: the starts and the trajectories' Philox keys (`device_starts`: drawn on the device,
+`gpu_starts`; or given starts uploaded), the weights where the run has any (`gpu_general`), the
+steps, each checkpoint's outcomes (`gpu_outcomes`, copied to the host once per batch), and the
+host's part (`gpu_host`: undecided hemisphere tests, recorded observables and states).
 
-The same evaluation as the CPU kernel: E = exp(beta (G - c)), G = X X^T, c = max_k G_kk >= every
-logit (beta >= 0), so every exponential is <= 1; SA divides by the row sums, USA carries the
-scale e^{shift}, shift = beta c - log n (+ log of the [RST] 1/sqrt(d)), put on the side of
-y = fx x + fa inc where it is <= 1 (fx = e^{-max(shift, 0)}, fa = h e^{min(shift, 0)}), so USA
-at large beta neither overflows nor loses the step. Where fx^2 could underflow (USA,
-beta - log n > 40 % of the dtype's exponent range) every y is first divided by max_k |y_k|, as
-`sphere.symmetric._normalise_scaled` does for the tokens that need it. d > n runs in the
-n-dimensional span of the start, as `sphere.symmetric.SPAN_REDUCTION` (`span_basis`).
-Not bitwise the CPU's: products by cuBLAS, exp by CUDA, rounding ~1e-16 per step apart; the flow
-contracts, so states stay ~1e-12 apart after 300 steps (tests/test_kernel_sphere_torch.py).
+The step. Q = K = I, V = +-I, one head, nothing time-varying or noisy, beta >= 0 runs the
+symmetric step here (`euler_step`), else `gpu_general`'s. Trajectories are a leading batch axis
+(B, n, d); the symmetric step is two batched products and a dozen element-wise kernels, with no
+host synchronisation between checkpoints; on CUDA every step is replayed from one captured graph
+(`GraphStep`: the same kernels on the same buffers, so the same bits as the eager step; ~15 us
+of launches saved per kernel). Its evaluation is the CPU kernel's: E = exp(beta (G - c)),
+G = X X^T, c = max_k G_kk >= every logit (beta >= 0), so every exponential is <= 1; SA divides
+by the row sums, USA carries the scale e^{shift}, shift = beta c - log n (+ log of the [RST]
+1/sqrt(d)), put on the side of y = fx x + fa inc where it is <= 1 (fx = e^{-max(shift, 0)},
+fa = h e^{min(shift, 0)}), so USA at large beta neither overflows nor loses the step. Where fx^2
+could underflow (USA, beta - log n > 40 % of the dtype's exponent range) every y is first
+divided by max_k |y_k|, as `sphere.symmetric._normalise_scaled` does for the tokens that need
+it. d > n runs in the n-dimensional span of the start, as `sphere.symmetric.SPAN_REDUCTION`
+(`span_basis`). Not bitwise the CPU's: products by cuBLAS, exp by CUDA, rounding ~1e-16 per
+step apart; the flow contracts, so states stay ~1e-12 apart after 300 steps
+(tests/test_kernel_sphere_torch.py, from the same starts).
 
-The starts are the CPU path's numbers: normals from the same Generators (`blocks.start_normals`),
-shaped by `ensembles.shape_start` in float64, then copied to the device (float32: rounded there).
-At each checkpoint the state is copied to the host as float64 and the outcomes are computed by
-the numba record functions every CPU path uses (`sphere.checkpoints.record`,
-`observables.record_observables`), on `threads` host threads while the device integrates on.
-Non-finite: a NaN, once in a state, spreads to every token of that trajectory at the next step
-(through c = max G_kk), so a trajectory whose copy holds a non-finite number stops recording there,
-and its later checkpoints keep their missing values, as on the CPU (|y| <= 1 + 2 h n cannot
-overflow for any sensible h).
+Non-finite: a NaN, once in a state, spreads to every token of that trajectory at the next step,
+so a trajectory whose state holds a non-finite number at a checkpoint stops recording there, and
+its later checkpoints keep their missing values, as on the CPU.
 
 PyTorch is imported inside the functions, never by importing this module: `import tokensweep`
 and the CPU paths do not need it. `cuda_problem` says why a process cannot run device "cuda".
 """
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from numba import njit
 
-from .. import (
-    cache,  # noqa: F401  (selects numba's cache folder before anything is decorated)
-    observables,
-    outcomes,
-)
-from ..hemisphere import hemisphere_test
 from ..lowlevel.philox import blocks_for
 from . import gpu_general, gpu_outcomes, gpu_starts
-from .gpu_outcomes import HEMISPHERE_TOL
+from .gpu_host import Recorder, finish_rows, host_rows, observables_recorded, record_starts
 
 NEEDS_CUDA = "device: cuda needs PyTorch with a CUDA GPU on the worker"
 BATCH_ELEMENTS = 1 << 24  # trajectories per device batch: B n max(n, m) at most this (128 MB)
-PENDING = 4  # checkpoints copied to the host and not yet recorded, at most (host memory)
 UNDERFLOW_FRACTION = 0.4  # robust normalisation where USA's fx^2 could underflow (docstring)
 
 
@@ -185,85 +174,6 @@ def span_basis(x):
     return q
 
 
-# ---------------------------------------------------------------------------------------------
-# the host side: starts and records, by the numba functions of the CPU paths
-
-
-@njit(nogil=True, cache=True)
-def record_starts(z, ok, out, r0):
-    """Trajectory r0 + b's hemisphere direction from its start z[b] (`observables.record_start`;
-    only where `hemisphere_margin` is recorded)."""
-    for b in range(z.shape[0]):
-        if ok[b]:
-            observables.record_start(z[b], out, r0 + b)
-
-
-@njit(nogil=True, cache=True)
-def host_rows(xs, xa, rows, undecided, k0, k1, r0, c, out, states, memo_v, memo_i):
-    """Checkpoint c's host part for the rows xs[k] (n, m) float64, k0 <= k < k1, of batch rows
-    rows[k] (trajectories r0 + rows[k]): in_hemisphere by Wolfe's algorithm where undecided[k]
-    (with the trajectory's memory memo_v, memo_i: `memory(m)`), and the recorded observables and
-    states where asked (xa (K, n, d): the ambient states, or (0, n, d): xs is ambient)."""
-    n = xs.shape[1]
-    g = np.empty((n, n))
-    observe = states.shape[1] > 0 or observables_recorded(out)
-    for k in range(k0, k1):
-        b = rows[k]
-        r = r0 + b
-        x = xs[k]
-        if undecided[k]:
-            out.in_hemisphere[r, c] = hemisphere_test(x, HEMISPHERE_TOL, memo_v[b], memo_i[b])
-        if observe:
-            ambient = xa[k] if xa.shape[0] > 0 else x
-            outcomes.gram(x, g)
-            observables.record_observables(ambient, g, out, r, c)
-            if states.shape[1] > 0:
-                states[r, c] = ambient
-
-
-@njit(nogil=True, cache=True)
-def observables_recorded(out):
-    return (out.overlap_hist.shape[1] > 0 or out.gram.shape[1] > 0
-            or out.hemisphere_margin.shape[1] > 0 or out.consensus_error.shape[1] > 0
-            or out.consensus_error_abs.shape[1] > 0)
-
-
-@njit(nogil=True, cache=True)
-def finish_rows(alive, r0, out, times):
-    for b in range(alive.shape[0]):
-        outcomes.finish_trajectory(out, r0 + b, alive[b], times)
-
-
-class _Recorder:
-    """Records checkpoints on `threads` host threads while the device integrates on: the batch's
-    rows split into one group per thread, each group's checkpoints recorded in order on its own
-    single-thread pool (the hemisphere memory runs along a trajectory)."""
-
-    def __init__(self, threads):
-        self.pools = [ThreadPoolExecutor(1) for _ in range(threads)]
-        self.pending = []
-
-    def submit(self, job, rows):
-        bounds = np.linspace(0, rows, len(self.pools) + 1).astype(int)
-        futures = [pool.submit(job, int(b0), int(b1))
-                   for pool, b0, b1 in zip(self.pools, bounds[:-1], bounds[1:]) if b1 > b0]
-        self.pending.append(futures)
-        while len(self.pending) > PENDING:
-            self.wait_oldest()
-
-    def wait_oldest(self):
-        for future in self.pending.pop(0):
-            future.result()
-
-    def close(self):
-        try:
-            while self.pending:
-                self.wait_oldest()
-        finally:
-            for pool in self.pools:
-                pool.shutdown()
-
-
 def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out, states, proto,
               reduce, device, threads=1, batch=None, weights=None, noise=(0, 0.0)):
     """`sphere.symmetric.integrate_t`'s configurations for trajectories 0..ntraj-1 on a torch
@@ -285,7 +195,7 @@ def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out,
     robust = needs_robust(usa, beta, n, log_scale0, dtype)
     ckpt = [int(k) for k in ckpt]
     size = int(batch or batch_size(n, d, reduce, weights))
-    recorder = _Recorder(max(1, int(threads)))
+    recorder = Recorder(max(1, int(threads)))
     finished = []
     try:
         for r0 in range(0, ntraj, size):
@@ -294,19 +204,22 @@ def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out,
             x64[~ok, :, 0] = 1.0
             if out.hemisphere_margin.shape[1] > 0:
                 record_starts(x64.cpu().numpy(), ok.cpu().numpy(), out, r0)
-            brownian = None
+            stateful = ()  # what a step advances: the graph's warm-up must be undone
             if weights is None:
                 step = (euler_step, h, beta, usa, causal, sign, log_scale0, robust)
             else:  # the matrices, then the noise, follow the start in each trajectory's stream
-                m, v, block = weights.draw(keys, blocks_for(n * d), dev)
+                m, v, schedule, block = weights.draw(keys, blocks_for(n * d), dev)
+                clock = None if schedule is None else gpu_general.Clock(h, dev)
                 step = (gpu_general.euler_step, m.to(dtype), None if v is None else v.to(dtype),
-                        sign, h, beta, usa, causal, log_scale0)
+                        sign, h, beta, usa, causal, log_scale0, schedule, clock)
                 if noise[1] > 0.0:
                     brownian = gpu_general.Noise(keys, n, d, *noise, block, dtype)
                     step = (gpu_general.noisy_euler_step, *step[1:], brownian)
+                    stateful = (brownian,)
+                stateful += (clock,) if clock is not None else ()
             alive = _integrate_batch(torch, dev, dtype, x64, ok, r0, step, ckpt, par[0], delta,
                                      eps, out, states, reduce and weights is None, recorder,
-                                     layers, brownian)
+                                     layers, stateful)
             finished.append((r0, alive))
     finally:
         recorder.close()
@@ -350,10 +263,11 @@ def host_starts(arrays, init):
 
 
 def _integrate_batch(torch, dev, dtype, x64, ok, r0, step, ckpt, beta, delta, eps, out,
-                     states, reduce, recorder, layers, noise):
+                     states, reduce, recorder, layers, stateful):
     """One device batch: step (the step function, then its arguments after the state), record
     each checkpoint's outcomes on the device and hand the host its part; returns the rows still
-    finite at the end (numpy bool). noise: the step's `gpu_general.Noise` or None."""
+    finite at the end (numpy bool). stateful: what the step advances (`gpu_general.Noise`,
+    `gpu_general.Clock`), restarted after the CUDA graph's warm-up."""
     rows, n, d = x64.shape
     basis = None
     if reduce:  # orthonormal columns spanning the start's tokens: x = y basis^T
@@ -371,8 +285,8 @@ def _integrate_batch(torch, dev, dtype, x64, ok, r0, step, ckpt, beta, delta, ep
     c = 0
     step_fn, args = step[0], step[1:]
     graph = GraphStep(step_fn, x, *args) if dev.type == "cuda" and USE_GRAPHS else None
-    if noise is not None:
-        noise.restart()  # the graph's warm-up steps drew
+    for state in stateful:
+        state.restart()  # the graph's warm-up steps drew and ticked
     for s in range(layers):
         x = graph() if graph is not None else step_fn(x, *args)
         if c < len(ckpt) and s + 1 == ckpt[c]:

@@ -1,17 +1,21 @@
 """The sphere flow's GPU path with general weights (issue 26 item 2): random or given Q, K, V per
-trajectory and several heads, drawn and stepped on the device in PyTorch.
+trajectory, several heads, a time-varying bilinear form, noise, drawn and stepped on the device in
+PyTorch.
 
 Covers retraction Euler for SA / USA, causal or not, any heads, any `qk` / `value` ensemble
 (`ensembles`: ginibre, goe, wigner, wishart, value "qk") in either `ensemble_scaling`, given
-`matrices`, the [RST] 1/sqrt(d), post-LN, matrices fixed in time (period 0), no time-varying
-schedule, noise or turning value: what [GLPR-P] Fig. 5 and its variants need. (Q = K = I,
-V = +-I, one head runs `sphere.gpu.euler_step`, the symmetric step.)
+`matrices`, `time_varying` (P_h(t) = D_h(t) Q_h^T K_h, random frequencies included), noise
+(`sphere.noise`), the [RST] 1/sqrt(d), post-LN, matrices drawn once (period 0), V not turning:
+what [GLPR-P] Fig. 5 and [RST]'s examples need. (Q = K = I, V = +-I, one head, nothing else
+runs `sphere.gpu.euler_step`, the symmetric step.)
 
 Draws: after its start's blocks (`gpu_starts`), a trajectory's Philox stream gives, in the order
 of `ensembles.draw_weights` (head 0, 1, ...: Q if drawn, K if drawn, V if drawn), each matrix's
 normals from the next unused block (`philox.fill`'s layout), shaped as `ensembles.draw_matrix`
 (G = normals / sqrt(d); GOE (G + G^T) / sqrt 2; Wigner: d(d+1)/2 normals over a <= b, row-major;
-Wishart G^T G), then M = Q^T K, V = M for "qk", and `ensembles.authors_scaling`'s factors.
+Wishart G^T G), then M = Q^T K, V = M for "qk", and `ensembles.authors_scaling`'s factors;
+then random frequencies (per head: omega, d uniforms; phase, 2 pi times d uniforms), then each
+step's noise.
 
 The step is `sphere.drift.euler_step`'s, batched (B trajectories, H heads): logits
 beta x_i^T M_h x_j minus each row's maximum (every exponential <= 1), causal keys masked, SA
@@ -25,18 +29,17 @@ import math
 from ..ensembles import AUTHORS, FIXED, GINIBRE, GOE, QK, WIGNER, WISHART
 from ..lowlevel.philox import blocks_for
 from . import gpu_starts
-from .drift import EULER, HARDMAX, TV_NONE
+from .drift import EULER, HARDMAX, TV_ABS_COS, TV_NONE
 from .noise import INDEPENDENT
 from .norms import NORM_CODES
 
 
 def covers(run):
     """Does this path cover the resolved run (`options.Run`)? Euler (with or without noise),
-    not hardmax, nothing time-varying, redrawn or turning, post-LN."""
+    not hardmax, weights not redrawn, V not turning, post-LN."""
     s = run.steps
-    return (s.integrator == EULER and s.par[1] != HARDMAX and s.par[5] == TV_NONE
-            and s.par[7] == 0.0 and s.period == 0 and not run.tv[3]
-            and s.layer[2] == NORM_CODES["post"])
+    return (s.integrator == EULER and s.par[1] != HARDMAX and s.par[7] == 0.0
+            and s.period == 0 and s.layer[2] == NORM_CODES["post"])
 
 
 def normals_per_draw(kind, d):
@@ -69,15 +72,20 @@ class Weights:
     scaling) ensemble codes (`ensembles`); general_value False: V = +-I (no V is drawn or
     multiplied). `draw` gives a batch's M = Q^T K and V on the device."""
 
-    def __init__(self, q, k, v, kinds, general_value):
+    def __init__(self, q, k, v, kinds, general_value, tv_mode=TV_NONE, tv=None):
         self.q, self.k, self.v = q, k, v
         self.q_kind, self.k_kind, self.v_kind, self.scaling = (int(c) for c in kinds)
         self.general_value = bool(general_value)
+        self.tv_mode = int(tv_mode)
+        self.tv = tv  # (amp, omega, phase (H, d), random_frequencies) of `options.Run`
 
     def draw(self, keys, first, device):
-        """(m, v, next), m and v (B, H, d, d) float64 on device (v None: V = +-I): trajectory
-        b's from keys[b] (a (B, 2) int64 tensor), its matrices from block `first` on, `next`
-        the first block they leave unused; fixed ones broadcast (not copied)."""
+        """(m, v, schedule, next): m and v (B, H, d, d) float64 on device (v None: V = +-I),
+        trajectory b's from keys[b] (a (B, 2) int64 tensor), its matrices from block `first`
+        on, then (random frequencies) per head omega (d uniforms), phase (2 pi times d
+        uniforms), as `ensembles.draw_frequencies`; `next` the first block they leave unused;
+        fixed ones broadcast (not copied). schedule: None, or `Schedule` of the time-varying
+        P_h(t) = D_h(t) Q_h^T K_h."""
         import torch
 
         heads, d = self.q.shape[0], self.q.shape[1]
@@ -106,19 +114,69 @@ class Weights:
                     v = m.transpose(2, 3) / norm_v
             if self.v_kind not in (FIXED, QK):
                 v = v * r
-        return m, (v if self.general_value else None), block
+        schedule = None
+        if self.tv_mode != TV_NONE:
+            amp, omega, phase, random_frequencies = (
+                torch.from_numpy(a).to(device)[None, :, None, :] if i < 3 else a
+                for i, a in enumerate(self.tv))
+            if random_frequencies:
+                drawn = []
+                for _ in range(2 * heads):
+                    drawn.append(gpu_starts.uniforms(keys, d, block))
+                    block += blocks_for(d)
+                omega = torch.stack(drawn[0::2], dim=1)[:, :, None, :]
+                phase = (2.0 * math.pi) * torch.stack(drawn[1::2], dim=1)[:, :, None, :]
+            schedule = Schedule(amp, omega, phase, self.tv_mode == TV_ABS_COS)
+        return m, (v if self.general_value else None), schedule, block
 
 
-def drift(x, m, v, sign, beta, usa, causal, log_scale0):
+class Schedule:
+    """D_h(t) = diag(amp cos(omega t + phase)) (|.| if absolute), each (B or 1, H, 1, d)."""
+
+    def __init__(self, amp, omega, phase, absolute):
+        self.amp, self.omega, self.phase, self.absolute = amp, omega, phase, absolute
+
+    def at(self, t):
+        import torch
+
+        dt = self.amp * torch.cos(self.omega * t + self.phase)
+        return dt.abs() if self.absolute else dt
+
+
+class Clock:
+    """The step count of a batch, a device tensor advanced by each step (so a step replayed
+    from a CUDA graph reads the time of its own step): t = count h, the CPU's s h."""
+
+    def __init__(self, h, device):
+        import torch
+
+        self.h = h
+        self.count = torch.zeros((), dtype=torch.int64, device=device)
+
+    def restart(self):
+        self.count.zero_()
+
+    def time(self):
+        import torch
+
+        return self.count.to(torch.float64) * self.h
+
+    def tick(self):
+        self.count.add_(1)
+
+
+def drift(x, m, v, sign, beta, usa, causal, log_scale0, schedule=None, t=None):
     """(inc, ls): the tangent drift of a batch x (B, n, d) as e^{ls_i} inc_i, inc (B, n, d),
     ls (B, n, 1) (`sphere.drift.drift`), with M = Q^T K per trajectory and head (B, H, d, d)
-    and V likewise, or v None: V = sign I exactly (then token 1's inc is 0 when causal)."""
+    and V likewise, or v None: V = sign I exactly (then token 1's inc is 0 when causal);
+    schedule (a `Schedule`): P_h(t) = D_h(t) M_h at time t (a 0-d tensor)."""
     import torch
 
     n = x.shape[1]
     heads = m.shape[1]
     xh = x[:, None]  # (B, 1, n, d)
-    logits = torch.matmul(torch.matmul(xh, m), xh.transpose(2, 3)).mul_(beta)  # (B, H, n, n)
+    left = xh if schedule is None else xh * schedule.at(t).to(x.dtype)  # x_i^T D(t)
+    logits = torch.matmul(torch.matmul(left, m), xh.transpose(2, 3)).mul_(beta)  # (B, H, n, n)
     if causal:
         mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu_(1)
         logits = logits.masked_fill_(mask, -math.inf)
@@ -142,12 +200,21 @@ def drift(x, m, v, sign, beta, usa, causal, log_scale0):
     return inc, ls[..., None]
 
 
-def euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0):
-    """One retraction-Euler step of a batch x (B, n, d) (`drift`'s arguments); returns the new
-    state (x itself is not changed)."""
+def _drift_now(x, m, v, sign, beta, usa, causal, log_scale0, schedule, clock):
+    """`drift` at the clock's time, and the clock advanced (clock None: not time-varying)."""
+    if clock is None:
+        return drift(x, m, v, sign, beta, usa, causal, log_scale0)
+    found = drift(x, m, v, sign, beta, usa, causal, log_scale0, schedule, clock.time())
+    clock.tick()
+    return found
+
+
+def euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0, schedule=None, clock=None):
+    """One retraction-Euler step of a batch x (B, n, d) (`drift`'s arguments; clock: a
+    `Clock`, with a schedule); returns the new state (x itself is not changed)."""
     import torch
 
-    inc, ls = drift(x, m, v, sign, beta, usa, causal, log_scale0)
+    inc, ls = _drift_now(x, m, v, sign, beta, usa, causal, log_scale0, schedule, clock)
     fx = torch.exp(-ls.clamp(min=0.0))  # the scale e^{ls} on the side where it is <= 1
     fa = h * torch.exp(ls.clamp(max=0.0))
     y = fx * x + fa * inc
@@ -182,13 +249,14 @@ class Noise:
         return z.view(z.shape[0], -1, self.d)  # (B, n, d) or (B, 1, d)
 
 
-def noisy_euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0, noise):
+def noisy_euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0, schedule, clock, noise):
     """`sphere.noise.noisy_euler_step` of a batch: x <- N(x + h F + sigma sqrt(h) P_x xi), F the
-    drift e^{ls} inc (`drift`'s arguments), xi from `noise` (a `Noise`); a token whose |y|^2 is
-    0, below the dtype's tiny or not finite turns NaN (its trajectory stops, as on the CPU)."""
+    drift e^{ls} inc (`euler_step`'s arguments), xi from `noise` (a `Noise`); a token whose
+    |y|^2 is 0, below the dtype's tiny or not finite turns NaN (its trajectory stops, as on
+    the CPU)."""
     import torch
 
-    inc, ls = drift(x, m, v, sign, beta, usa, causal, log_scale0)
+    inc, ls = _drift_now(x, m, v, sign, beta, usa, causal, log_scale0, schedule, clock)
     xi = noise.draw()
     y = x + h * torch.exp(ls) * inc + (noise.sigma * math.sqrt(h)) * (
         xi - (x * xi).sum(2, keepdim=True) * x)

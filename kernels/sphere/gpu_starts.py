@@ -72,22 +72,43 @@ def philox(c0, c1, c2, c3, k0, k1):
     return c0, c1, c2, c3
 
 
+def _words(keys, count, first):
+    """The Philox words (each (B, blocks) int64) of the blocks first, first + 1, ... holding
+    `count` numbers (two per block) of each trajectory's key (trajectory word 0)."""
+    import torch
+
+    blocks = (count + 1) // 2
+    index = (torch.arange(blocks, dtype=torch.int64, device=keys.device) + first)[None, :]
+    zero = torch.zeros((), dtype=torch.int64, device=keys.device)
+    return philox(index & M32, index >> 32, zero, zero, keys[:, :1], keys[:, 1:])
+
+
+def _doubles(hi, lo, plus=0):
+    """(hi >> 5) 2^26 + (lo >> 6) (+ plus) times 2^-53: a double from two words (exact)."""
+    import torch
+
+    return ((hi >> 5) * (1 << 26) + (lo >> 6) + plus).to(torch.float64) * INV53
+
+
 def normals(keys, count, first=0):
     """(B, count) float64 on keys' device: `philox.normals_numpy(keys[b], 0, first, count)`;
     first: an int or a 0-d int64 tensor on that device (read when the kernels run: a CUDA
     graph that captured this call draws from its current value)."""
     import torch
 
-    blocks = (count + 1) // 2
-    index = (torch.arange(blocks, dtype=torch.int64, device=keys.device) + first)[None, :]
-    zero = torch.zeros((), dtype=torch.int64, device=keys.device)
-    w0, w1, w2, w3 = philox(index & M32, index >> 32, zero, zero, keys[:, :1], keys[:, 1:])
-    u1 = ((w0 >> 5) * (1 << 26) + (w1 >> 6) + 1).to(torch.float64) * INV53  # (0, 1]
-    u2 = ((w2 >> 5) * (1 << 26) + (w3 >> 6)).to(torch.float64) * INV53
-    rad = torch.sqrt(-2.0 * torch.log(u1))
-    ang = (2.0 * math.pi) * u2
+    w0, w1, w2, w3 = _words(keys, count, first)
+    rad = torch.sqrt(-2.0 * torch.log(_doubles(w0, w1, 1)))  # u1 in (0, 1]
+    ang = (2.0 * math.pi) * _doubles(w2, w3)
     pairs = torch.stack([rad * torch.cos(ang), rad * torch.sin(ang)], dim=2)
     return pairs.flatten(1)[:, :count]
+
+
+def uniforms(keys, count, first=0):
+    """(B, count) float64 in [0, 1): `philox.uniforms_numpy(keys[b], 0, first, count)`."""
+    import torch
+
+    w0, w1, w2, w3 = _words(keys, count, first)
+    return torch.stack([_doubles(w0, w1), _doubles(w2, w3)], dim=2).flatten(1)[:, :count]
 
 
 def starts(keys, n, d, init):

@@ -6,7 +6,7 @@ from __future__ import annotations
 __all__ = ["GPU_PATH", "gpu_refusal"]
 
 GPU_PATH = ("device: cuda runs retraction Euler (with or without noise) with SA or USA, "
-            "weights drawn once per trajectory or given, any heads, nothing time-varying or "
+            "weights drawn once per trajectory or given, any heads and time_varying, V not "
             "turning, post-LN")
 
 
@@ -21,7 +21,6 @@ def gpu_refusal(sweep):
         ("attention", s.attention, s.attention.endswith("hardmax"),
          "choose sa, usa, causal_sa or causal_usa"),
         ("period", s.period, s.period != 0, "remove period (draw the weights once)"),
-        ("time_varying", s.time_varying, s.time_varying is not None, "remove time_varying"),
         ("value_rotation", s.value_rotation, bool(s.value_rotation), "remove value_rotation"),
         ("grid.omega", s.grid.omega, s.grid.omega is not None, "remove grid.omega"),
         ("layer_norm", s.layer_norm, s.layer_norm != "post", "use layer_norm: post"))
