@@ -56,9 +56,11 @@ Precision: `precision="float32"` runs the state, the matrices and the drift in f
 and the random matrices are drawn in float64 and rounded; the outcomes are computed in float64
 from the state): 1.6-1.8 times the speed at large n d, the statistics of float64 (tests).
 
-Device: `device="cuda"` runs the symmetric path's configurations in PyTorch on a GPU
-(`sphere.gpu`, docs/models.md 2.10): the same starts, the same record functions, states
-~1e-15 per step apart from the CPU's; torch is imported only there.
+Device: `device="cuda"` runs Euler configurations in PyTorch on a GPU (`sphere.gpu`,
+docs/models.md 2.10): starts, weights, noise and outcomes drawn and computed on the device from
+Philox streams keyed by each trajectory's Generator (not the CPU's numbers: `device` is part of
+the spec), states ~1e-15 per step apart from the CPU kernel's from the same starts and weights;
+torch is imported only there.
 """
 
 import numpy as np

@@ -78,11 +78,12 @@ class SphereFlowOptions:
     record, record_bins, direction: observables also returned (`observables`; "states" is
     return_states).
     device: "cpu" (the numba kernels), or "cuda" / "cuda:N" / a torch.device: the PyTorch path
-    (`sphere.gpu`; torch.device("cpu") runs it on the CPU, for tests) of the configurations the
-    symmetric path covers (Euler, SA / USA, causal or not, Q = K = I, V = +-I, one head,
-    beta >= 0, nothing time-varying, noisy or turning, post-LN), refused otherwise; `threads` then
-    records on that many host threads. Raises RuntimeError (`sphere.gpu.NEEDS_CUDA`) where
-    CUDA is asked for and this process has no PyTorch or no CUDA GPU.
+    (`sphere.gpu`; torch.device("cpu") runs it on the CPU, for tests) of the Euler
+    configurations (SA / USA, causal or not, weights drawn once or given, any heads,
+    time_varying, noise, post-LN; not hardmax, period or value_rotation, refused otherwise), its
+    own random streams; `threads` then runs the host's part (`sphere.gpu_host`) on that many
+    host threads. Raises RuntimeError (`sphere.gpu.NEEDS_CUDA`) where CUDA is asked for and this
+    process has no PyTorch or no CUDA GPU.
     """
 
     n: int

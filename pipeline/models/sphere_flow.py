@@ -70,12 +70,13 @@ class SphereFlowSweep(RecordingSweep, StartSweep):
     partition's trajectories on that many threads (same results, bit for bit).
 
     `device: cuda` integrates a partition's trajectories on a CUDA GPU with PyTorch
-    (`kernels/sphere/gpu.py`; the `gpu` extra), for what the symmetric CPU path covers: Euler,
-    SA / USA (causal or not), Q = K = I, V = +-I, one head, beta >= 0, nothing time-varying,
-    noisy or turning, post-LN; any other configuration is refused here, naming the field. The
-    starts are the CPU's numbers and the outcomes the CPU's numba functions (on `threads` host
-    threads); states agree with the CPU kernel to ~1e-13 in float64 (tests, and on an H200:
-    docs/models.md section 2.10). A store holds one device's numbers: it is part of the spec.
+    (`kernels/sphere/gpu.py`; the `gpu` extra) for Euler: SA / USA (causal or not), weights
+    drawn once per trajectory or given, any heads, time_varying, noise, post-LN; hardmax,
+    period, value_rotation and other integrators or layer norms are refused here, naming the
+    field. Starts, weights, noise and outcomes come from the device (Philox streams keyed by
+    each trajectory's Generator); from the same starts and weights states agree with the CPU
+    kernel to ~1e-13 in float64 (tests; docs/models.md section 2.10). A store holds one
+    device's numbers: it is part of the spec.
     `tokensweep run` on local workers, and `plan` when it calibrates, refuse before computing
     where this machine's torch sees no CUDA GPU; on a remote or batch cluster nothing local
     can tell, so a partition whose worker lacks one fails with one line (`device: cuda needs
