@@ -171,10 +171,9 @@ RECORD = ("overlap_hist", "gram", "hemisphere_margin", "consensus_error", "conse
           "energy", "states")
 
 
-@pytest.mark.parametrize("target", ["cuda", "cpu"])
-def test_recorded_observables_agree_with_the_states_and_outcomes(target):
-    """Every observable from the device build (simulator) and the host build, against what the
-    recorded states say: gram = X X^T, the extremes of its pairs are overlap_min / max, the
+def test_recorded_observables_agree_with_the_states_and_outcomes():
+    """Every observable from the device build (the simulator; the host build runs the same
+    source: test_kernel_cuda_stats.py), against what the recorded states say: gram = X X^T, the extremes of its pairs are overlap_min / max, the
     histogram counts the pairs, consensus errors and energy (`sphere.checkpoints.energy`) from
     gram, hemisphere_margin = min_i <x_i, v> about the start's own direction v (computed from
     the start's Philox normals, as the host does for the kernel)."""
@@ -183,8 +182,7 @@ def test_recorded_observables_agree_with_the_states_and_outcomes(target):
 
     n, d, bins = 3, 4, 7
     kw = dict(TINY, n=n, d=d, attention="usa", beta=1.5, eps=0.2)
-    out = simulate_stochastic_cuda(KEY, [0, 5, 9], record=RECORD, record_bins=bins,
-                                   target=target, **kw)
+    out = simulate_stochastic_cuda(KEY, [0, 5, 9], record=RECORD, record_bins=bins, **kw)
     x, g = out["states"], out["gram"]
     np.testing.assert_allclose(np.einsum("rcik,rcjk->rcij", x, x), g, rtol=0, atol=1e-13)
     i, j = np.triu_indices(n, 1)
@@ -211,7 +209,7 @@ def test_given_direction_and_early_stop_carry_the_observables():
     v = np.array([1.0, 2.0, 0.0])
     kw = dict(TINY, beta=4.0, layers=12, checkpoint_layers=[3, 6, 9, 12], eps=0.3)
     out = simulate_stochastic_cuda(KEY, range(4), stop_when_resolved=True, resolved_window=2,
-                                   record=RECORD, direction=v, target="cpu", **kw)
+                                   record=RECORD, direction=v, **kw)
     x = out["states"]
     np.testing.assert_allclose(out["hemisphere_margin"], (x @ (v / np.sqrt(5))).min(-1),
                                atol=1e-13)

@@ -32,10 +32,13 @@ def cpu_kernel(ntraj, **kw):
 
 
 def test_host_build_equals_the_simulated_device_bit_for_bit():
+    """Outcomes and every recorded observable (the hemisphere direction from the start)."""
+    record = ("overlap_hist", "gram", "hemisphere_margin", "consensus_error",
+              "consensus_error_abs", "energy", "states")
     for kw in (dict(n=3, d=3, attention="sa"), dict(n=2, d=5, attention="usa", noise="literal",
                                                       value_law="rademacher"),
                dict(n=2, d=3, attention="usa", noise="scalar", value_std=0.7)):
-        kw.update(beta=2.0, T=2.0, layers=6, checkpoint_layers=[3, 6])
+        kw.update(beta=2.0, T=2.0, layers=6, checkpoint_layers=[3, 6], record=record)
         device = simulate_stochastic_cuda(KEY, [0, 9, 4], **kw)
         host = simulate_stochastic_cuda(KEY, [0, 9, 4], target="cpu", **kw)
         for name in device:
