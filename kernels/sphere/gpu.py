@@ -180,8 +180,8 @@ def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out,
     device, or with `weights` (`gpu_general.Weights`) those of `gpu_general`.
 
     starts(r0, r1, dev): (x (r1 - r0, n, d) float64, ok (r1 - r0,) bool, keys (r1 - r0, 2) int64
-    or None) on dev: the shaped starts and the trajectories' Philox keys (`device_starts`,
-    `host_starts`); par: (beta, usa, causal, sign, log_scale0); proto: an array of the working
+    or None) on dev: the shaped starts and the trajectories' Philox keys (`device_starts`);
+    par: (beta, usa, causal, sign, log_scale0); proto: an array of the working
     dtype; reduce: integrate in the span of the start (n < d; not with weights); device: for
     `torch_device`; threads: host threads for the host's part (`host_rows`); batch:
     trajectories per device batch (default: what fits BATCH_ELEMENTS, `batch_size`); noise:
@@ -248,17 +248,6 @@ def device_starts(rngs, n, d, init, x0=None):
             return (*gpu_starts.starts(keys, n, d, init), keys)
         ok = torch.ones(r1 - r0, dtype=torch.bool, device=dev)
         return torch.from_numpy(np.ascontiguousarray(x0[r0:r1])).to(dev), ok, keys
-    return starts
-
-
-def host_starts(arrays, init):
-    """`integrate`'s starts from the host: arrays(r0, r1) gives (r1 - r0, n, d) float64 normals,
-    shaped on the device (no keys: for runs without random weights)."""
-    def starts(r0, r1, dev):
-        import torch
-
-        z = torch.from_numpy(np.ascontiguousarray(arrays(r0, r1))).to(dev)
-        return (*gpu_starts.shape(z, init), None)
     return starts
 
 

@@ -80,7 +80,8 @@ class Weights:
         self.tv = tv  # (amp, omega, phase (H, d), random_frequencies) of `options.Run`
 
     def draw(self, keys, first, device):
-        """(m, v, schedule, next): m and v (B, H, d, d) float64 on device (v None: V = +-I),
+        """(m, v, schedule, next): m and v (B or 1, H, d, d) float64 on device (1: the same for
+        every trajectory, broadcast; v None: V = +-I),
         trajectory b's from keys[b] (a (B, 2) int64 tensor), its matrices from block `first`
         on, then (random frequencies) per head omega (d uniforms), phase (2 pi times d
         uniforms), as `ensembles.draw_frequencies`; `next` the first block they leave unused;
@@ -89,14 +90,13 @@ class Weights:
         import torch
 
         heads, d = self.q.shape[0], self.q.shape[1]
-        batch = keys.shape[0]
         fixed = {name: torch.from_numpy(getattr(self, name)).to(device) for name in "qkv"}
         mats = {name: [] for name in "qkv"}
         block = first
         for h in range(heads):
             for name, kind in (("q", self.q_kind), ("k", self.k_kind), ("v", self.v_kind)):
-                if kind in (FIXED, QK):
-                    mats[name].append(fixed[name][h].expand(batch, d, d))
+                if kind in (FIXED, QK):  # (1, d, d): every trajectory's, by broadcasting
+                    mats[name].append(fixed[name][h][None])
                     continue
                 count = normals_per_draw(kind, d)
                 mats[name].append(matrix(gpu_starts.normals(keys, count, block), kind, d))
@@ -167,7 +167,7 @@ class Clock:
 
 def drift(x, m, v, sign, beta, usa, causal, log_scale0, schedule=None, t=None):
     """(inc, ls): the tangent drift of a batch x (B, n, d) as e^{ls_i} inc_i, inc (B, n, d),
-    ls (B, n, 1) (`sphere.drift.drift`), with M = Q^T K per trajectory and head (B, H, d, d)
+    ls (B, n, 1) (`sphere.drift.drift`), with M = Q^T K per trajectory and head (B or 1, H, d, d)
     and V likewise, or v None: V = sign I exactly (then token 1's inc is 0 when causal);
     schedule (a `Schedule`): P_h(t) = D_h(t) M_h at time t (a 0-d tensor)."""
     import torch
