@@ -51,10 +51,16 @@ def gpu_workers(client) -> int:
     return sum(1 for worker in workers if worker.get("resources", {}).get(GPU, 0) >= 1)
 
 
-def gpu_tasks(spec: dict, client):
-    """A context in which the tasks submitted ask for one GPU each: for a cuda spec on a cluster
-    with GPU workers; else nothing is asked (`client` None: not a Dask task runner)."""
-    if not on_gpu(spec) or client is None or gpu_workers(client) == 0:
+def routed_gpu_workers(spec: dict, client) -> int:
+    """The GPU workers the tasks of `spec` go to: those of the client's cluster for a cuda spec;
+    0 for a cpu spec, a cluster with none, or no client (not a Dask task runner)."""
+    return gpu_workers(client) if on_gpu(spec) and client is not None else 0
+
+
+def gpu_tasks(routed: int):
+    """A context in which the tasks submitted ask for one GPU each, where `routed` GPU workers
+    take them (`routed_gpu_workers`); else nothing is asked."""
+    if not routed:
         return nullcontext()
     import dask
 

@@ -71,12 +71,25 @@ def start_worker_imports(spec: dict) -> None:
 
 def task_runner(workers: int | None = None, scheduler: str | None = None):
     """A DaskTaskRunner on an existing scheduler, or on a new local cluster of `workers` processes
-    (`clusters.start_local_cluster`) for each flow run."""
+    for each flow run (`served_local_cluster`)."""
     from prefect_dask import DaskTaskRunner
 
     if scheduler:
         return DaskTaskRunner(address=scheduler)
-    return DaskTaskRunner(cluster_class=start_local_cluster, cluster_kwargs={"workers": workers})
+    return DaskTaskRunner(cluster_class=served_local_cluster, cluster_kwargs={"workers": workers})
+
+
+def served_local_cluster(workers: int | None = None):
+    """The local cluster of one flow run of `task_runner` (`tokensweep serve`), as `tokensweep run`
+    would start it for the run's spec: for a cuda spec one worker per GPU seen here, each holding
+    its own. The spec is read back from Prefect (the flow run's parameters): the runner starts
+    its cluster before the flow run's context holds them. A plain module function, as the
+    runner is pickled with the flow."""
+    from prefect.runtime import flow_run
+
+    spec = flow_run.parameters.get("spec")
+    gpus = local_gpus() if isinstance(spec, dict) and on_gpu(spec) else 0
+    return start_local_cluster(local_workers(workers, gpus=gpus), gpus=gpus)
 
 
 # At most this many partitions left: no cluster, they run in the flow's process (in_process.py)

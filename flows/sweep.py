@@ -31,7 +31,7 @@ from ..pipeline.store.cube import open_cube, read_status, record_provenance, sto
 from ..pipeline.store.layout import FAILED
 from ..pipeline.store.lifecycle import prepare_store
 from .flow_lock import flow_lock
-from .gpus import gpu_tasks
+from .gpus import gpu_tasks, routed_gpu_workers
 
 PARTITION_RETRIES = 2
 # A large sweep's batches go to this many tasks per worker thread, each a sample of the grid's
@@ -138,8 +138,11 @@ def _sweep(spec: dict, store: str, failed_only: bool, progress: bool, report: bo
 def _submit(spec: dict, store: str, plan: Plan, todo: list[int], failed_only: bool) -> dict:
     """One task per partition, or per batch of a batched store: {task run id: (future, what it
     runs (a line for errors), how many partitions)}; those of a cuda spec on the cluster's GPU
-    workers, where it has some (`gpus.gpu_tasks`)."""
-    with gpu_tasks(spec, _dask_client()):
+    workers, where it has some (`gpus.routed_gpu_workers`)."""
+    routed = routed_gpu_workers(spec, _dask_client())
+    if routed:
+        get_run_logger().info("device cuda: each task on one of the cluster's %d GPU workers", routed)
+    with gpu_tasks(routed):
         return _submit_tasks(spec, store, plan, todo, failed_only)
 
 

@@ -65,6 +65,12 @@ def home(tmp_path):
     subprocess.run([str(BIN / "tokensweep"), "server", "stop"], env=env, capture_output=True)
 
 
+# A `device: cuda` sweep of 4 partitions, run in numba-cuda's simulator (conftest)
+CUDA = {"name": "served-cuda", "model": "stochastic_transformer", "attention": "sa", "device": "cuda",
+        "grid": {"beta": [2.0], "d": [3], "n": 2}, "time": {"T": 1.0, "layers": 5, "checkpoints": 1},
+        "trajectories": 8, "partition_traj": 2, "seed": 5}
+
+
 def sh(command: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", f"PATH={BIN}:$PATH; {command}"], env=env, text=True,
                           capture_output=True, timeout=timeout)
@@ -104,6 +110,23 @@ def test_serve_and_bare_prefect_commands_use_one_server(home, tmp_path):
             time.sleep(2)
         assert [r["state_type"] for r in runs] == ["COMPLETED"], (tmp_path / "serve.log").read_text()
         assert runs[0]["name"] == f"tiny @ {store}"
+        # a cuda spec served from the same deployment runs on GPU workers, as `tokensweep run`
+        # would start them: one per GPU seen (the simulator's one), its tasks asking for it
+        cuda_store = tmp_path / "served-cuda.zarr"
+        params = json.dumps({"spec": CUDA, "store": str(cuda_store)})
+        launched = sh(f"eval \"$(tokensweep server env)\" && prefect deployment run "
+                      f"sweep/tokensweep --params '{params}'", home)
+        assert launched.returncode == 0, launched.stdout + launched.stderr
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            runs = flow_runs_of_store(url, cuda_store)
+            if runs and runs[0]["state_type"] in ("COMPLETED", "FAILED", "CRASHED"):
+                break
+            time.sleep(2)
+        assert [r["state_type"] for r in runs] == ["COMPLETED"], (tmp_path / "serve.log").read_text()
+        logs = [entry["message"] for entry in api(url, "/logs/filter", {
+            "logs": {"flow_run_id": {"any_": [runs[0]["id"]]}}, "limit": 200})]
+        assert "device cuda: each task on one of the cluster's 1 GPU workers" in logs, logs
     finally:
         os.killpg(serve.pid, signal.SIGINT)
         try:
