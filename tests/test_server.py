@@ -71,6 +71,23 @@ CUDA = {"name": "served-cuda", "model": "stochastic_transformer", "attention": "
         "trajectories": 8, "partition_traj": 2, "seed": 5}
 
 
+def launch_and_wait(url: str, env: dict, spec: dict, store: Path, serve_log: Path):
+    """Launch the served deployment on `spec` with the bare `prefect` command and wait for its
+    flow run to end: (the flow runs of `store`, the command's result); the run must complete."""
+    params = json.dumps({"spec": spec, "store": str(store)})
+    launched = sh(f"eval \"$(tokensweep server env)\" && prefect deployment run "
+                  f"sweep/tokensweep --params '{params}'", env)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        runs = flow_runs_of_store(url, store)
+        if runs and runs[0]["state_type"] in ("COMPLETED", "FAILED", "CRASHED"):
+            break
+        time.sleep(2)
+    assert [r["state_type"] for r in runs] == ["COMPLETED"], serve_log.read_text()
+    return runs, launched
+
+
 def sh(command: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", f"PATH={BIN}:$PATH; {command}"], env=env, text=True,
                           capture_output=True, timeout=timeout)
@@ -96,34 +113,13 @@ def test_serve_and_bare_prefect_commands_use_one_server(home, tmp_path):
             time.sleep(1)
         # as docs/cluster.md says: the bare `prefect` command, with tokensweep's server exported
         store = tmp_path / "served.zarr"
-        params = json.dumps({"spec": TINY, "store": str(store)})
-        launched = sh(f"eval \"$(tokensweep server env)\" && prefect deployment run "
-                      f"sweep/tokensweep --params '{params}'", home)
-        assert launched.returncode == 0, launched.stdout + launched.stderr
+        runs, launched = launch_and_wait(url, home, TINY, store, tmp_path / "serve.log")
         for text in (launched.stdout + launched.stderr, (tmp_path / "serve.log").read_text()):
             assert "temporary server" not in text.lower() and "database is locked" not in text
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            runs = flow_runs_of_store(url, store)
-            if runs and runs[0]["state_type"] in ("COMPLETED", "FAILED", "CRASHED"):
-                break
-            time.sleep(2)
-        assert [r["state_type"] for r in runs] == ["COMPLETED"], (tmp_path / "serve.log").read_text()
         assert runs[0]["name"] == f"tiny @ {store}"
         # a cuda spec served from the same deployment runs on GPU workers, as `tokensweep run`
         # would start them: one per GPU seen (the simulator's one), its tasks asking for it
-        cuda_store = tmp_path / "served-cuda.zarr"
-        params = json.dumps({"spec": CUDA, "store": str(cuda_store)})
-        launched = sh(f"eval \"$(tokensweep server env)\" && prefect deployment run "
-                      f"sweep/tokensweep --params '{params}'", home)
-        assert launched.returncode == 0, launched.stdout + launched.stderr
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            runs = flow_runs_of_store(url, cuda_store)
-            if runs and runs[0]["state_type"] in ("COMPLETED", "FAILED", "CRASHED"):
-                break
-            time.sleep(2)
-        assert [r["state_type"] for r in runs] == ["COMPLETED"], (tmp_path / "serve.log").read_text()
+        runs, _ = launch_and_wait(url, home, CUDA, tmp_path / "served-cuda.zarr", tmp_path / "serve.log")
         logs = [entry["message"] for entry in api(url, "/logs/filter", {
             "logs": {"flow_run_id": {"any_": [runs[0]["id"]]}}, "limit": 200})]
         assert "device cuda: each task on one of the cluster's 1 GPU workers" in logs, logs
