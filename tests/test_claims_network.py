@@ -20,7 +20,7 @@ from tokensweep.pipeline.report.claims_network import (
 from tokensweep.pipeline.report.claims_table import check_claims
 from tokensweep.pipeline.spec.load import parse_sweep
 
-pytest.importorskip("transformers")
+pytest.importorskip("transformers", reason="real networks need transformers (the integration extra)")
 
 
 def sweep(name="t", passes=3):

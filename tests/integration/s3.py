@@ -4,7 +4,7 @@
         s3.env                         # AWS_ENDPOINT_URL, test credentials, region
         s3.create_bucket("tokensweep")
 
-`moto_server` (``pip install "moto[server]"``, in the ``test`` extra) is a real HTTP server that
+`moto_server` (``pip install "moto[server]"``, in the ``integration`` extra) is a real HTTP server that
 speaks the S3 protocol, conditional writes (``If-None-Match: *``) included; it keeps the buckets
 in its own memory, so stopping it drops them. Clients reach it the way they reach any S3
 endpoint: through ``AWS_ENDPOINT_URL`` and the usual credential variables (moto accepts any).
@@ -56,7 +56,7 @@ class MotoServer:
         binary = shutil.which("moto_server", path=str(Path(sys.executable).parent))
         if binary is None:
             raise S3Unavailable("moto's server is not installed: pip install 'moto[server]' "
-                                "(part of tokensweep's `test` extra)")
+                                "(part of tokensweep's `integration` extra)")
         port = _free_port()
         log = Path(tempfile.mkdtemp(prefix="tokensweep-moto-")) / "moto.log"
         proc = subprocess.Popen([binary, "-H", "127.0.0.1", "-p", str(port)],
