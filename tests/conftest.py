@@ -130,6 +130,11 @@ TINY = {
 }
 
 
+# A `device: cuda` sweep of 4 partitions, run in numba-cuda's simulator (NUMBA_ENABLE_CUDASIM above)
+CUDA_TINY = {"name": "tiny-cuda", "model": "stochastic_transformer", "attention": "sa", "device": "cuda",
+             "grid": {"beta": [2.0], "d": [3], "n": 2}, "time": {"T": 1.0, "layers": 5, "checkpoints": 1},
+             "trajectories": 8, "partition_traj": 2, "seed": 5}
+
 SLOW = {**TINY, "name": "slow", "grid": {"beta": [0.5, 2.0], "d": 3, "n": 2},
         "time": {"T": 2.0, "layers": 300_000, "checkpoints": 4},
         "trajectories": 18, "partition_traj": 3}

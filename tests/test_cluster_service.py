@@ -12,7 +12,7 @@ import time
 
 import pytest
 import xarray as xr
-from conftest import TINY, output_cube, reference_cube
+from conftest import CUDA_TINY, TINY, output_cube, reference_cube
 
 
 def test_no_record_or_other_code_is_no_running_cluster(tmp_path, monkeypatch):
@@ -23,6 +23,16 @@ def test_no_record_or_other_code_is_no_running_cluster(tmp_path, monkeypatch):
     (tmp_path / "dask-cluster.json").write_text(json.dumps({"pids": [], "code": "older"}))
     assert cluster_service.running_scheduler() is None
     assert cluster_service.code_digest() == cluster_service.code_digest() != "older"
+
+
+def test_the_started_cluster_serves_cpu_specs_asking_for_no_workers():
+    """Its workers declare no GPU: a cuda spec starts its own, one per GPU (docs/cluster.md)."""
+    from tokensweep.flows.cli.run import service_serves
+    from tokensweep.pipeline.spec.load import parse_sweep
+
+    cpu, cuda = parse_sweep(TINY), parse_sweep(CUDA_TINY)
+    assert service_serves(cpu, None, None) and not service_serves(cuda, None, None)
+    assert not service_serves(cpu, 2, None)  # --workers: a local cluster of its own
 
 
 def _alive(pid: int) -> bool:
@@ -55,6 +65,10 @@ def test_run_uses_the_started_cluster_until_it_is_stopped_or_stale(
         local = cli("run", spec, "--store", tmp_path / "local.zarr", "--workers", "2", "--no-progress",
                     "--no-report")
         assert local.returncode == 0 and "on 2 local workers" in local.stdout, local.stderr  # its own
+        # nor by a cuda spec (the simulator's device): the service's workers hold no GPU
+        cuda = cli("run", write_spec(CUDA_TINY), "--store", tmp_path / "cuda.zarr", "--no-progress",
+                   "--no-report")
+        assert cuda.returncode == 0 and "the cluster at" not in cuda.stdout, cuda.stdout + cuda.stderr
 
         record = json.loads((home / "dask-cluster.json").read_text())
         pids = record["pids"]

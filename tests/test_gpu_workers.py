@@ -8,12 +8,10 @@ import os
 from dataclasses import replace
 
 import pytest
+from conftest import CUDA_TINY
 
 pytest.importorskip("numba_cuda")
 
-CUDA = {"name": "routed", "model": "stochastic_transformer", "attention": "sa", "device": "cuda",
-        "grid": {"beta": [2.0], "d": [3], "n": 2}, "time": {"T": 1.0, "layers": 5, "checkpoints": 1},
-        "trajectories": 8, "partition_traj": 2, "seed": 5}
 
 
 @pytest.mark.slow  # a scheduler, two worker processes and a Prefect server
@@ -35,7 +33,7 @@ def test_cuda_partitions_go_only_to_the_gpu_worker(prefect_server, tmp_path):
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0"}}
     store = str(tmp_path / "routed.zarr")
     with SpecCluster(workers=workers, scheduler=scheduler) as cluster:
-        summary = run_sweep({**CUDA, "store": store}, store, scheduler=cluster.scheduler_address,
+        summary = run_sweep({**CUDA_TINY, "store": store}, store, scheduler=cluster.scheduler_address,
                             progress=False, report=False)
     assert summary["computed"] == 4
     assert (read_status(store) == DONE).all()

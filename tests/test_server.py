@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, TINY, api, flow_runs_of_store, run_tokensweep
+from conftest import BIN, CUDA_TINY, TINY, api, flow_runs_of_store, run_tokensweep
 from typer.testing import CliRunner
 
 from tokensweep.flows.cli import app
@@ -63,12 +63,6 @@ def home(tmp_path):
     env.pop("PREFECT_HOME", None)
     yield env
     subprocess.run([str(BIN / "tokensweep"), "server", "stop"], env=env, capture_output=True)
-
-
-# A `device: cuda` sweep of 4 partitions, run in numba-cuda's simulator (conftest)
-CUDA = {"name": "served-cuda", "model": "stochastic_transformer", "attention": "sa", "device": "cuda",
-        "grid": {"beta": [2.0], "d": [3], "n": 2}, "time": {"T": 1.0, "layers": 5, "checkpoints": 1},
-        "trajectories": 8, "partition_traj": 2, "seed": 5}
 
 
 def launch_and_wait(url: str, env: dict, spec: dict, store: Path, serve_log: Path):
@@ -119,7 +113,7 @@ def test_serve_and_bare_prefect_commands_use_one_server(home, tmp_path):
         assert runs[0]["name"] == f"tiny @ {store}"
         # a cuda spec served from the same deployment runs on GPU workers, as `tokensweep run`
         # would start them: one per GPU seen (the simulator's one), its tasks asking for it
-        runs, _ = launch_and_wait(url, home, CUDA, tmp_path / "served-cuda.zarr", tmp_path / "serve.log")
+        runs, _ = launch_and_wait(url, home, CUDA_TINY, tmp_path / "served-cuda.zarr", tmp_path / "serve.log")
         logs = [entry["message"] for entry in api(url, "/logs/filter", {
             "logs": {"flow_run_id": {"any_": [runs[0]["id"]]}}, "limit": 200})]
         assert "device cuda: each task on one of the cluster's 1 GPU workers" in logs, logs

@@ -87,7 +87,7 @@ def run(
     execute(sweep, workers=workers, progress=progress, report=report, quiet=quiet, verbose=verbose,
             batch=batch,
             scheduler=scheduler_asked(scheduler, scheduler_file,
-                                      service=workers is None and batch is None))
+                                      service=service_serves(sweep, workers, batch)))
 
 
 def rerun(
@@ -126,7 +126,14 @@ def rerun(
     execute(sweep, workers=workers, failed_only=failed_only, progress=progress, report=report,
             quiet=quiet, verbose=verbose, batch=batch,
             scheduler=scheduler_asked(scheduler, scheduler_file,
-                                      service=workers is None and batch is None))
+                                      service=service_serves(sweep, workers, batch)))
+
+
+def service_serves(sweep, workers: Optional[int], batch) -> bool:
+    """May the run use the local cluster the user started (`tokensweep cluster start`)? Where it
+    asks for no workers and no batch cluster, and for a cpu spec: the service's workers declare
+    no GPU, so a cuda spec starts its own local workers, one per GPU (docs/cluster.md)."""
+    return workers is None and batch is None and getattr(sweep, "device", "cpu") == "cpu"
 
 
 def scheduler_asked(scheduler: Optional[str], scheduler_file: Optional[str],
