@@ -77,6 +77,11 @@ CASES = [
     dict(qk="goe", value="identity", attention="usa", heads=2, rst_scaling=True),
     dict(qk="wishart", value="minus_identity", attention="causal_sa", heads=3),
     dict(qk="identity", value="ginibre", attention="usa", ensemble_scaling="authors", beta=-1.0),
+    # Heun and RK4 (`gpu_general.runge_kutta_step`): the plain flow of the catalog's rk4 entries,
+    # and drawn weights
+    dict(qk="identity", value="identity", attention="sa", integrator="rk4"),
+    dict(qk="wigner", value="wishart", attention="causal_usa", integrator="rk4"),
+    dict(qk="goe", value="minus_identity", attention="causal_sa", heads=2, integrator="heun"),
 ]
 
 
@@ -155,17 +160,20 @@ def test_noisy_runs_have_the_cpu_statistics_and_ignore_the_batch(noise, monkeypa
         np.testing.assert_array_equal(split[name], dev[name], err_msg=name)
 
 
-@pytest.mark.parametrize("preset", ["rst_causal", "rst_two_head_hemisphere",
-                                    "rst_random_frequencies"])
-def test_time_varying_trajectories_match_the_numba_kernel(preset):
+@pytest.mark.parametrize("preset,integrator", [
+    ("rst_causal", "euler"), ("rst_two_head_hemisphere", "euler"), ("rst_random_frequencies", "euler"),
+    ("rst_causal", "rk4"), ("rst_random_frequencies", "heun")])
+def test_time_varying_trajectories_match_the_numba_kernel(preset, integrator):
     """P_h(t) = D_h(t) Q_h^T K_h: the [RST] presets (random frequencies drawn on the device
-    after the matrices, per head omega then phase: given to the numba kernel as a schedule)."""
+    after the matrices, per head omega then phase: given to the numba kernel as a schedule);
+    Heun and RK4 read the schedule at each stage's time (t, t + h/2, t + h)."""
     from tokensweep.kernels.ensembles import TIME_VARYING
     from tokensweep.kernels.lowlevel.philox import uniforms_numpy
 
     heads = {"rst_causal": 1}.get(preset, 2)
     d = 3 if preset != "rst_random_frequencies" else 4
     kw = {**BASE, "d": d, "heads": heads, "time_varying": preset, "attention": "causal_sa",
+          "integrator": integrator,
           "rst_scaling": True, "qk": "ginibre" if preset == "rst_random_frequencies" else "identity"}
     count, n = 3, kw["n"]
     gpu = simulate_sphere_flow(rngs(count), device=TORCH_CPU, return_states=True, **kw)

@@ -189,7 +189,7 @@ def test_a_state_that_turns_non_finite_stops_recording_as_on_the_cpu():
 
 
 def test_configurations_off_the_gpu_path_are_refused_by_argument():
-    for options in (dict(integrator="rk4"), dict(attention="hardmax"), dict(layer_norm="pre"),
+    for options in (dict(attention="hardmax"), dict(layer_norm="pre"),
                     dict(value_rotation=0.5),
                     dict(qk="ginibre", period=5)):
         with pytest.raises(ValueError, match="device = .* use device = 'cpu'"):

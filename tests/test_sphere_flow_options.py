@@ -38,8 +38,6 @@ BAD = {
     "ngpt alpha 0": (spec(layer_norm="ngpt", ngpt_alpha=0), "ngpt_alpha:"),
     "negative tie tolerance": (spec(attention="hardmax", hardmax_tol=-1), "hardmax_tol:"),
     "unknown device": (spec(device="gpu"), "device: Input should be 'cpu' or 'cuda'"),
-    "gpu with rk4": (spec(device="cuda", integrator="rk4"),
-                     "integrator: got 'rk4', but device: cuda runs retraction Euler"),
     "gpu with redrawn weights": (spec(device="cuda", qk="ginibre", period=10),
                                  "period: got 10, but device: cuda"),
     "gpu with hardmax": (spec(device="cuda", attention="hardmax"), "attention: got 'hardmax'"),

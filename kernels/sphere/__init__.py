@@ -3,7 +3,7 @@
 - `flow`: the entry point `simulate_sphere_flow` (allocate, dispatch) and the general
   per-trajectory integration;
 - `symmetric`: the fast path for Q = K = I, V = +-I, one head, Euler (the same bits);
-- `gpu`: the Euler configurations in PyTorch on a CUDA GPU, in batches: `gpu_starts` (Philox
+- `gpu`: the Euler, Heun and RK4 configurations in PyTorch on a CUDA GPU, in batches: `gpu_starts` (Philox
   starts on the device), `gpu_general` (weights, heads, schedules, noise), `gpu_outcomes`
   (the checkpoints' outcomes, batched), `gpu_host` (what the host still decides);
 - `drift`: the attention drift and the integrators' steps; `noise`: Brownian noise (projected

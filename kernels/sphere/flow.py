@@ -252,9 +252,9 @@ def simulate_sphere_flow(rngs, *, x0=None, **options):
         from tokensweep.kernels.sphere import gpu_general
 
         if not (on_symmetric or gpu_general.covers(run)):
-            raise ValueError(f"device = {device!r} runs retraction Euler (with or without noise) "
-                             "with SA / USA, weights drawn once, V not turning, post-LN: use "
-                             "device = 'cpu' for this configuration")
+            raise ValueError(f"device = {device!r} runs retraction Euler (with or without noise), "
+                             "Heun or RK4 with SA / USA, weights drawn once, V not turning, "
+                             "post-LN: use device = 'cpu' for this configuration")
         work = _device_work(run, out, states, device, on_symmetric)
     elif on_symmetric:
         work = _symmetric_work(run, out, states)
@@ -312,7 +312,7 @@ def _device_work(run, out, states, device, on_symmetric):
     def work(r0, r1):  # one call: it batches the trajectories on the device itself
         gpu.integrate(starts, len(run.rngs), run.n, run.d, s.h, s.layers, s.ckpt, s.times,
                       _device_par(s), s.delta, s.eps, out, states, run.proto, reduce, device,
-                      run.threads, weights=weights, noise=noise)
+                      run.threads, weights=weights, noise=noise, integrator=s.integrator)
     return work
 
 

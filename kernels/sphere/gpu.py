@@ -37,6 +37,7 @@ import numpy as np
 
 from ..lowlevel.philox import blocks_for
 from . import gpu_general, gpu_outcomes, gpu_starts
+from .drift import EULER
 from .gpu_host import Recorder, finish_rows, host_rows, observables_recorded, record_starts
 
 NEEDS_CUDA = "device: cuda needs PyTorch with a CUDA GPU on the worker"
@@ -175,7 +176,8 @@ def span_basis(x):
 
 
 def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out, states, proto,
-              reduce, device, threads=1, batch=None, weights=None, noise=(0, 0.0)):
+              reduce, device, threads=1, batch=None, weights=None, noise=(0, 0.0),
+              integrator=EULER):
     """`sphere.symmetric.integrate_t`'s configurations for trajectories 0..ntraj-1 on a torch
     device, or with `weights` (`gpu_general.Weights`) those of `gpu_general`.
 
@@ -186,7 +188,8 @@ def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out,
     `torch_device`; threads: host threads for the host's part (`host_rows`); batch:
     trajectories per device batch (default: what fits BATCH_ELEMENTS, `batch_size`); noise:
     (mode, sigma) of `sphere.noise` (sigma > 0 needs weights: the projected Euler-Maruyama
-    step `gpu_general.noisy_euler_step`). Fills out and states."""
+    step `gpu_general.noisy_euler_step`); integrator: `sphere.drift`'s EULER, HEUN or RK4 (the
+    last two need weights: `gpu_general.runge_kutta_step`). Fills out and states."""
     import torch
 
     dev = torch_device(device)
@@ -194,7 +197,7 @@ def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out,
     dtype = torch.float32 if proto.dtype == np.float32 else torch.float64
     robust = needs_robust(usa, beta, n, log_scale0, dtype)
     ckpt = [int(k) for k in ckpt]
-    size = int(batch or batch_size(n, d, reduce, weights))
+    size = int(batch or batch_size(n, d, reduce, weights, integrator))
     recorder = Recorder(max(1, int(threads)))
     finished = []
     try:
@@ -212,10 +215,12 @@ def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out,
                 clock = None if schedule is None else gpu_general.Clock(h, dev)
                 step = (gpu_general.euler_step, m.to(dtype), None if v is None else v.to(dtype),
                         sign, h, beta, usa, causal, log_scale0, schedule, clock)
-                if noise[1] > 0.0:
+                if noise[1] > 0.0:  # Euler-Maruyama, whatever the integrator (as the CPU)
                     brownian = gpu_general.Noise(keys, n, d, *noise, block, dtype)
                     step = (gpu_general.noisy_euler_step, *step[1:], brownian)
                     stateful = (brownian,)
+                elif integrator != EULER:
+                    step = (gpu_general.runge_kutta_step, *step[1:], integrator)
                 stateful += (clock,) if clock is not None else ()
             alive = _integrate_batch(torch, dev, dtype, x64, ok, r0, step, ckpt, par[0], delta,
                                      eps, out, states, reduce and weights is None, recorder,
@@ -227,13 +232,14 @@ def integrate(starts, ntraj, n, d, h, layers, ckpt, times, par, delta, eps, out,
         finish_rows(alive, r0, out, times)
 
 
-def batch_size(n, d, reduce, weights):
+def batch_size(n, d, reduce, weights, integrator=EULER):
     """Trajectories per device batch: B times a trajectory's largest tensors <= BATCH_ELEMENTS
-    (B n max(n, m) for the symmetric step; with weights, its H (2 d^2 + n^2 + n d))."""
+    (B n max(n, m) for the symmetric step; with weights, its H (2 d^2 + n^2 + n d), and the
+    stages of Heun or RK4, 5 n d more)."""
     if weights is None:
         per = n * max(n, n if reduce else d)
     else:
-        per = weights.q.shape[0] * (2 * d * d + n * n + n * d)
+        per = weights.q.shape[0] * (2 * d * d + n * n + n * d) + (5 * n * d if integrator != EULER else 0)
     return max(1, BATCH_ELEMENTS // per)
 
 

@@ -2,7 +2,7 @@
 trajectory, several heads, a time-varying bilinear form, noise, drawn and stepped on the device in
 PyTorch.
 
-Covers retraction Euler for SA / USA, causal or not, any heads, any `qk` / `value` ensemble
+Covers retraction Euler, Heun and RK4 for SA / USA, causal or not, any heads, any `qk` / `value` ensemble
 (`ensembles`: ginibre, goe, wigner, wishart, value "qk") in either `ensemble_scaling`, given
 `matrices`, `time_varying` (P_h(t) = D_h(t) Q_h^T K_h, random frequencies included), noise
 (`sphere.noise`), the [RST] 1/sqrt(d), post-LN, matrices drawn once (period 0), V not turning:
@@ -29,17 +29,17 @@ import math
 from ..ensembles import AUTHORS, FIXED, GINIBRE, GOE, QK, WIGNER, WISHART
 from ..lowlevel.philox import blocks_for
 from . import gpu_starts
-from .drift import EULER, HARDMAX, TV_ABS_COS, TV_NONE
+from .drift import HARDMAX, HEUN, TV_ABS_COS, TV_NONE
 from .noise import INDEPENDENT
 from .norms import NORM_CODES
 
 
 def covers(run):
     """Does this path cover the resolved run (`options.Run`)? Euler (with or without noise),
-    not hardmax, weights not redrawn, V not turning, post-LN."""
+    Heun or RK4, not hardmax, weights not redrawn, V not turning, post-LN."""
     s = run.steps
-    return (s.integrator == EULER and s.par[1] != HARDMAX and s.par[7] == 0.0
-            and s.period == 0 and s.layer[2] == NORM_CODES["post"])
+    return (s.par[1] != HARDMAX and s.par[7] == 0.0 and s.period == 0
+            and s.layer[2] == NORM_CODES["post"])
 
 
 def normals_per_draw(kind, d):
@@ -224,6 +224,39 @@ def euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0, schedule=None, c
     y = y * torch.linalg.vector_norm(y, dim=2, keepdim=True).reciprocal()
     still = (inc == 0).all(2, keepdim=True)  # an exactly zero increment: the token stays bitwise
     return torch.where(still, x, y)
+
+
+def runge_kutta_step(x, m, v, sign, h, beta, usa, causal, log_scale0, schedule=None, clock=None,
+                     integrator=HEUN):
+    """One Heun or classical RK4 step of a batch x (B, n, d) (`euler_step`'s arguments), as
+    `sphere.drift.step`: stages of the scaled drift k = e^{ls} inc at t, t + h/2, t + h, then
+    x_i <- N(x_i + c (sum of b_s k_s)_i) (`sphere.drift.retract` with ls = 0); a token whose sum
+    is exactly 0 stays bitwise. Returns the new state (x itself is not changed)."""
+    import torch
+
+    t = None if clock is None else clock.time()
+
+    def field(y, offset):
+        inc, ls = drift(y, m, v, sign, beta, usa, causal, log_scale0, schedule,
+                        None if t is None else t + offset)
+        return inc * torch.exp(ls)
+
+    k1 = field(x, 0.0)
+    if integrator == HEUN:
+        k2 = field(x + h * k1, h)
+        total, coef = k1 + k2, 0.5 * h
+    else:
+        k2 = field(x + 0.5 * h * k1, 0.5 * h)
+        k3 = field(x + 0.5 * h * k2, 0.5 * h)
+        k4 = field(x + h * k3, h)
+        total, coef = k1 + 2.0 * k2 + 2.0 * k3 + k4, h / 6.0
+    if clock is not None:
+        clock.tick()
+    y = x + coef * total
+    norm2 = (y * y).sum(2, keepdim=True)
+    y = torch.where(norm2 >= torch.finfo(x.dtype).tiny, y, y / y.abs().amax(2, keepdim=True))
+    y = y * torch.linalg.vector_norm(y, dim=2, keepdim=True).reciprocal()
+    return torch.where((total == 0).all(2, keepdim=True), x, y)
 
 
 class Noise:

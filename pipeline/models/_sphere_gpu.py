@@ -5,9 +5,9 @@ from __future__ import annotations
 
 __all__ = ["GPU_PATH", "gpu_refusal"]
 
-GPU_PATH = ("device: cuda runs retraction Euler (with or without noise) with SA or USA, "
-            "weights drawn once per trajectory or given, any heads and time_varying, V not "
-            "turning, post-LN")
+GPU_PATH = ("device: cuda runs retraction Euler (with or without noise), Heun or RK4 with SA "
+            "or USA, weights drawn once per trajectory or given, any heads and time_varying, V "
+            "not turning, post-LN")
 
 
 def gpu_refusal(sweep):
@@ -17,7 +17,6 @@ def gpu_refusal(sweep):
         return None
     s = sweep
     checks = (  # field, its value, off the GPU path, the fix
-        ("integrator", s.integrator, s.integrator != "euler", "set integrator: euler"),
         ("attention", s.attention, s.attention.endswith("hardmax"),
          "choose sa, usa, causal_sa or causal_usa"),
         ("period", s.period, s.period != 0, "remove period (draw the weights once)"),

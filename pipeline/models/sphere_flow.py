@@ -70,9 +70,9 @@ class SphereFlowSweep(RecordingSweep, StartSweep):
     partition's trajectories on that many threads (same results, bit for bit).
 
     `device: cuda` integrates a partition's trajectories on a CUDA GPU with PyTorch
-    (`kernels/sphere/gpu.py`; the `gpu` extra) for Euler: SA / USA (causal or not), weights
-    drawn once per trajectory or given, any heads, time_varying, noise, post-LN; hardmax,
-    period, value_rotation and other integrators or layer norms are refused here, naming the
+    (`kernels/sphere/gpu.py`; the `gpu` extra) for Euler, Heun and RK4: SA / USA (causal or
+    not), weights drawn once per trajectory or given, any heads, time_varying, noise, post-LN;
+    hardmax, period, value_rotation and other layer norms are refused here, naming the
     field. Starts, weights, noise and outcomes come from the device (Philox streams keyed by
     each trajectory's Generator); from the same starts and weights states agree with the CPU
     kernel to ~1e-13 in float64 (tests; docs/models.md section 2.10). A store holds one
