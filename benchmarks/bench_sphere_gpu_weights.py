@@ -2,7 +2,8 @@
 [GLPR-P] Fig. 5's configurations against the numba kernel on one CPU core.
 
 For each case (n = 32, d = 128, SA, h = 0.1, T = 30, 60 checkpoints; Q, K, V Ginibre as Fig. 5
-(a), and Wigner / Wishart in the authors' scaling as Fig. 5 (b)) at beta = 1 and 9: a whole
+(a), and Wigner / Wishart in the authors' scaling as Fig. 5 (b); and the plain flow by RK4, as
+geshkovski2023-high-d at its paper scale) at beta = 1 and 9: a whole
 call on the device (starts, weights, steps and outcomes there) and on the CPU kernel (one core,
 fewer trajectories: rates scale linearly in them), in particle-steps/s (trajectories x n x
 layers / s), their ratio, and the final mean frac_close and overlap_min of each side with the
@@ -29,7 +30,8 @@ import numpy as np  # noqa: E402
 
 START = time.perf_counter()
 CASES = (("Fig. 5 (a)", dict(qk="ginibre", value="ginibre")),
-         ("Fig. 5 (b)", dict(qk="wigner", value="wishart", ensemble_scaling="authors")))
+         ("Fig. 5 (b)", dict(qk="wigner", value="wishart", ensemble_scaling="authors")),
+         ("RK4, Q = K = V = I", dict(integrator="rk4")))  # the catalog's high-d entry at paper scale
 SIZES = {"full": dict(d=128, layers=300, device_traj=2048, cpu_traj=16),
          "quick": dict(d=8, layers=30, device_traj=32, cpu_traj=8)}
 

@@ -2,7 +2,7 @@
 # Issue 26's measurements on a machine with an NVIDIA GPU, as one run: the stochastic
 # transformer's device kernel against one CPU core, with its statistics check, then the
 # paper-scale onset table's probe and cells (bench_cuda.py); then the sphere flow's GPU path
-# against the CPU kernel (bench_sphere_gpu.py), and with random weights, [GLPR-P] Fig. 5
+# against the CPU kernel (bench_sphere_gpu.py), and with random weights, [GLPR-P] Fig. 5, and by RK4
 # (bench_sphere_gpu_weights.py). Each script stops starting cases when its share of
 # SECONDS has passed (compilation included) and lists the rest as skipped.
 #
