@@ -21,9 +21,16 @@ GPU = "GPU"  # the worker resource's name
 GPU_COUNT_ENV = "TOKENSWEEP_WORKER_GPUS"
 
 
-def on_gpu(spec: dict) -> bool:
-    """Does the spec (as plain data) run on a CUDA device?"""
-    return spec.get("device") == "cuda"
+def on_gpu(spec) -> bool:
+    """Does the spec (plain data or a parsed sweep; None: no spec) run on a CUDA device?"""
+    device = spec.get("device") if isinstance(spec, dict) else getattr(spec, "device", "cpu")
+    return device == "cuda"
+
+
+def gpus_for(spec) -> int:
+    """The GPUs a local run of `spec` gives its workers, one each: those seen here for a cuda
+    spec, else 0 (CPU workers, one per core)."""
+    return local_gpus() if on_gpu(spec) else 0
 
 
 def local_gpus() -> int:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from ..pipeline.store import location
 from .clusters import IDLE_CONFIG, LOCAL_CLUSTER_CONFIG, WORKER_PRELOAD, dask_environment
-from .gpus import GPU, GPU_COUNT_ENV
+from .gpus import GPU, GPU_COUNT_ENV, on_gpu
 
 KINDS = {  # --cluster NAME: dask_jobqueue's class, submit command, walltime format
     "slurm": ("SLURMCluster", "sbatch",
@@ -307,4 +307,4 @@ def batch_cluster(options: JobqueueOptions | None, partitions: int, sweep):
     return jobqueue_cluster(options, partitions,
                             job_name="tokensweep-" + re.sub(r"[^\w.-]", "_", sweep.name),
                             log_directory=str(location.local_sibling(sweep.store, ".jobs").absolute()),
-                            gpu=getattr(sweep, "device", "cpu") == "cuda")
+                            gpu=on_gpu(sweep))

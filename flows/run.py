@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 from . import forkserver
 from .clusters import WORKER_PRELOAD, cap_threads, local_workers, start_local_cluster
-from .gpus import local_gpus, on_gpu
+from .gpus import gpus_for
 from .server import ensure_server
 
 SCHEDULER_HINT = ("start one with `dask scheduler --scheduler-file FILE` (see docs/cluster.md), "
@@ -87,8 +87,7 @@ def served_local_cluster(workers: int | None = None):
     runner is pickled with the flow."""
     from prefect.runtime import flow_run
 
-    spec = flow_run.parameters.get("spec")
-    gpus = local_gpus() if isinstance(spec, dict) and on_gpu(spec) else 0
+    gpus = gpus_for(flow_run.parameters.get("spec"))
     return start_local_cluster(local_workers(workers, gpus=gpus), gpus=gpus)
 
 
@@ -142,7 +141,7 @@ def early_task_runner(workers: int | None, pending: int, spec=None):
     global _starting
     with ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as pool:
         # forked from run_sweep's forkserver where it started one, else spawned
-        gpus = local_gpus() if isinstance(spec, dict) and on_gpu(spec) else 0  # one worker each
+        gpus = gpus_for(spec)  # one worker each
         _starting = starting = pool.submit(start_local_cluster, local_workers(workers, pending, gpus),
                                            gpus=gpus)
         try:

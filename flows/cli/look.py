@@ -191,7 +191,7 @@ def plan(
     from ...pipeline.spec.load import estimated_store_bytes, format_bytes
     from ...pipeline.store.lock import describe_lock
     from ..clusters import local_workers
-    from ..gpus import local_gpus
+    from ..gpus import gpus_for
     from .compiling import kernels_cold
 
     try:
@@ -222,7 +222,7 @@ def plan(
         fail(f"the calibration run failed ({type(err).__name__}: {first_line(err)}): "
               "`tokensweep plan --no-calibrate` plans without timing", code=1)
     # one per usable core (affinity, cgroups) by default; a cuda spec: one per GPU seen here
-    gpus = local_gpus() if getattr(sweep, "device", "cpu") == "cuda" else 0
+    gpus = gpus_for(sweep)
     n_workers = local_workers(workers, gpus=gpus)
     layers = float(np.mean(sweep.axes.get("layers", sweep.time.layers)))  # a layers axis: its mean
     per_partition = per_layer * layers * sweep.partition_traj

@@ -133,7 +133,9 @@ def service_serves(sweep, workers: Optional[int], batch) -> bool:
     """May the run use the local cluster the user started (`tokensweep cluster start`)? Where it
     asks for no workers and no batch cluster, and for a cpu spec: the service's workers declare
     no GPU, so a cuda spec starts its own local workers, one per GPU (docs/cluster.md)."""
-    return workers is None and batch is None and getattr(sweep, "device", "cpu") == "cpu"
+    from ..gpus import on_gpu
+
+    return workers is None and batch is None and not on_gpu(sweep)
 
 
 def scheduler_asked(scheduler: Optional[str], scheduler_file: Optional[str],
@@ -178,7 +180,7 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
     from ...pipeline.errors import SpecError, StoreError
     from ...pipeline.plan import Plan
     from ..clusters import local_workers
-    from ..gpus import local_gpus
+    from ..gpus import gpus_for
     from ..run import run_sweep, runs_in_process
     from .compiling import kernels_cold
 
@@ -199,8 +201,7 @@ def execute(sweep, *, quiet: bool, verbose: bool, progress: bool, workers: Optio
     else:  # a local or existing cluster: dask-jobqueue is not imported
         cluster = nullcontext(None)
     if not quiet:
-        local_cuda = scheduler is None and batch is None and getattr(sweep, "device", "cpu") == "cuda"
-        gpus = local_gpus() if local_cuda else 0
+        gpus = gpus_for(sweep) if scheduler is None and batch is None else 0
         where = batch.describe() if batch else f"the cluster at {scheduler}" if scheduler else \
             workers_phrase(local_workers(workers, todo, gpus), gpus) \
             if not runs_in_process(todo, sweep, workers) else \

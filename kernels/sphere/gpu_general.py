@@ -217,13 +217,18 @@ def euler_step(x, m, v, sign, h, beta, usa, causal, log_scale0, schedule=None, c
     inc, ls = _drift_now(x, m, v, sign, beta, usa, causal, log_scale0, schedule, clock)
     fx = torch.exp(-ls.clamp(min=0.0))  # the scale e^{ls} on the side where it is <= 1
     fa = h * torch.exp(ls.clamp(max=0.0))
-    y = fx * x + fa * inc
+    return retract(x, fx * x + fa * inc, inc)
+
+
+def retract(x, y, inc):
+    """Each token's y / |y| (y divided by max |y_k| first where |y|^2 underflows), or x itself
+    where its increment inc is exactly 0 (the token stays bitwise): `sphere.drift.retract`."""
+    import torch
+
     norm2 = (y * y).sum(2, keepdim=True)
-    tiny = torch.finfo(x.dtype).tiny
-    y = torch.where(norm2 >= tiny, y, y / y.abs().amax(2, keepdim=True))
+    y = torch.where(norm2 >= torch.finfo(x.dtype).tiny, y, y / y.abs().amax(2, keepdim=True))
     y = y * torch.linalg.vector_norm(y, dim=2, keepdim=True).reciprocal()
-    still = (inc == 0).all(2, keepdim=True)  # an exactly zero increment: the token stays bitwise
-    return torch.where(still, x, y)
+    return torch.where((inc == 0).all(2, keepdim=True), x, y)
 
 
 def runge_kutta_step(x, m, v, sign, h, beta, usa, causal, log_scale0, schedule=None, clock=None,
@@ -252,11 +257,7 @@ def runge_kutta_step(x, m, v, sign, h, beta, usa, causal, log_scale0, schedule=N
         total, coef = k1 + 2.0 * k2 + 2.0 * k3 + k4, h / 6.0
     if clock is not None:
         clock.tick()
-    y = x + coef * total
-    norm2 = (y * y).sum(2, keepdim=True)
-    y = torch.where(norm2 >= torch.finfo(x.dtype).tiny, y, y / y.abs().amax(2, keepdim=True))
-    y = y * torch.linalg.vector_norm(y, dim=2, keepdim=True).reciprocal()
-    return torch.where((total == 0).all(2, keepdim=True), x, y)
+    return retract(x, x + coef * total, total)
 
 
 class Noise:
